@@ -1,0 +1,1 @@
+"""Datasets: generators, loaders and the registry."""

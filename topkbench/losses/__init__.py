@@ -1,0 +1,1 @@
+"""Loss families and the method registry."""

@@ -1,0 +1,97 @@
+"""The single registry of training methods (DESIGN §3, STYLE.md "Shape of the package").
+
+``topkbench methods``, ``--help`` texts and parameter validation are generated from it.
+Only methods whose solver exists are registered.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from topkbench.errors import ConfigError
+from topkbench.kernels import sdca as _k
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """One training method: a loss plus the solver that certifies it."""
+
+    name: str
+    paper_name: str
+    task: str  # "multiclass" | "multilabel"
+    solver: str  # "sdca" | ...
+    loss_id: int
+    params: tuple[str, ...]  # parameters the method takes besides C
+    objective: str  # one-line loss formula
+    reference: str  # paper file, section, equation
+    aliases: tuple[str, ...] = ()
+    smooth_when: str = ""  # when the loss is smooth (for documentation)
+
+
+_MULTI_SVM = MethodSpec(
+    name="svm_multi",
+    paper_name="SVM^Multi (Crammer-Singer); smooth SVM^Multi_gamma for gamma > 0",
+    task="multiclass",
+    solver="sdca",
+    loss_id=_k.LOSS_SVM_MULTI,
+    params=("gamma",),
+    objective="max_j {a_j + c_j}, a_j = f_j - f_y, c = 1 - e_y; Moreau-smoothed for gamma > 0",
+    reference="TPAMI 002 §3.2, Table 1, Prop. 2 (k=1), Prop. 14 (k=1)",
+    aliases=("multiclass_svm", "cs_svm", "top1_svm"),
+    smooth_when="gamma > 0",
+)
+_MULTI_LR = MethodSpec(
+    name="lr_multi",
+    paper_name="LR^Multi (softmax / cross entropy)",
+    task="multiclass",
+    solver="sdca",
+    loss_id=_k.LOSS_LR_MULTI,
+    params=(),
+    objective="log sum_j exp(a_j), a_j = f_j - f_y",
+    reference="TPAMI 002 §3.2, Prop. 3, Props. 15-16 (k=1), eq. (14)",
+    aliases=("softmax", "multinomial_lr"),
+    smooth_when="always",
+)
+_OVA_SVM = MethodSpec(
+    name="svm_ova",
+    paper_name="SVM^OVA (one-vs-all hinge); smooth SVM^OVA_gamma for gamma > 0",
+    task="multiclass",
+    solver="sdca",
+    loss_id=_k.LOSS_SVM_OVA,
+    params=("gamma",),
+    objective="sum_c max{0, 1 - ytilde_c f_c}, ytilde_c = +1 if c = y else -1; smoothed for gamma>0",
+    reference="TPAMI 002 §3.2 (OVA), Prop. 10, §5.2",
+    aliases=("ova_svm",),
+    smooth_when="gamma > 0",
+)
+_OVA_LR = MethodSpec(
+    name="lr_ova",
+    paper_name="LR^OVA (one-vs-all logistic regression)",
+    task="multiclass",
+    solver="sdca",
+    loss_id=_k.LOSS_LR_OVA,
+    params=(),
+    objective="sum_c log(1 + exp(-ytilde_c f_c))",
+    reference="TPAMI 002 §3.2 (OVA), Prop. 9, §5.2",
+    aliases=("ova_lr",),
+    smooth_when="always",
+)
+
+METHODS: dict[str, MethodSpec] = {s.name: s for s in (_OVA_SVM, _OVA_LR, _MULTI_SVM, _MULTI_LR)}
+_ALIASES: dict[str, str] = {a: s.name for s in METHODS.values() for a in s.aliases}
+
+
+def available_methods() -> list[str]:
+    return list(METHODS)
+
+
+def get_method(name: str) -> MethodSpec:
+    """Look a method up by name or alias; unknown names list the valid ones."""
+    key = str(name).strip().lower()
+    key = _ALIASES.get(key, key)
+    if key not in METHODS:
+        raise ConfigError(
+            f"unknown method {name!r}. Available methods are: {', '.join(METHODS)}",
+            hint="topkbench methods",
+        )
+    return METHODS[key]

@@ -1,0 +1,1 @@
+"""Solvers: Python drivers around the numba kernels (validation, stopping, traces)."""

@@ -1,0 +1,113 @@
+"""Validation of user inputs: one-line messages that state the valid range (STYLE.md)."""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+import scipy.sparse as sp
+
+from topkbench.errors import ConfigError, InputError
+
+
+def check_features(X, name: str = "X"):
+    """Return X as float64 ndarray or CSR; refuse NaN/Inf, wrong rank, empty input."""
+    if sp.issparse(X):
+        X = sp.csr_matrix(X, dtype=np.float64)
+        values = X.data
+    else:
+        try:
+            X = np.asarray(X, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"{name} must be a numeric array: {exc}") from None
+        values = X
+    if X.ndim != 2:
+        raise InputError(f"{name} must be 2-D (n_samples x n_features), got {X.ndim}-D")
+    if X.shape[0] == 0:
+        raise InputError(f"{name} has no rows")
+    finite = np.isfinite(values)
+    if not finite.all():
+        if sp.issparse(X):
+            pos = int(np.flatnonzero(~finite)[0])
+            row = int(np.searchsorted(X.indptr, pos, side="right") - 1)
+            col = int(X.indices[pos])
+            bad = values[pos]
+        else:
+            row, col = (int(v) for v in np.argwhere(~finite)[0])
+            bad = values[row, col]
+        raise InputError(
+            f"{name} contains {bad} at row {row}, column {col}; "
+            "features must be finite real numbers (no NaN or Inf)"
+        )
+    return X
+
+
+def check_labels(y, n: int, n_classes: int | None = None) -> tuple[np.ndarray, int]:
+    """Return (0-based int64 labels, m); refuse non-integers, negatives and wrong lengths."""
+    arr = np.asarray(y)
+    if arr.ndim != 1:
+        raise InputError(f"labels must be 1-D with one entry per row, got shape {arr.shape}")
+    if arr.shape[0] != n:
+        raise InputError(f"got {arr.shape[0]} labels for {n} rows of X")
+    if arr.dtype.kind not in "iub":
+        try:
+            f = arr.astype(np.float64)
+        except (TypeError, ValueError):
+            bad = next(v for v in arr if not _is_int_like(v))
+            raise InputError(
+                f"labels must be integers in [0, m); got {bad!r}"
+            ) from None
+        bad_mask = ~np.isfinite(f) | (f != np.round(f))
+        if bad_mask.any():
+            i = int(np.flatnonzero(bad_mask)[0])
+            raise InputError(f"labels must be integers in [0, m); got {arr[i]!r} at row {i}")
+        arr = f
+    labels = arr.astype(np.int64)
+    if labels.min() < 0:
+        i = int(np.argmin(labels))
+        raise InputError(
+            f"labels must be integers in [0, m) (0-based); got {labels[i]} at row {i}"
+        )
+    m = int(labels.max()) + 1 if n_classes is None else int(n_classes)
+    if n_classes is not None and labels.max() >= m:
+        raise InputError(f"label {labels.max()} is outside [0, {m}) for n_classes = {m}")
+    if m < 2:
+        raise InputError(f"need at least 2 classes, got m = {m}")
+    return labels, m
+
+
+def _is_int_like(v) -> bool:
+    return isinstance(v, numbers.Integral) or (
+        isinstance(v, numbers.Real) and math.isfinite(v) and float(v).is_integer()
+    )
+
+
+def check_positive(name: str, value, *, allow_zero: bool = False, upper: float | None = None):
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} must be a number, got {value!r}") from None
+    ok = math.isfinite(v) and (v >= 0 if allow_zero else v > 0)
+    if upper is not None:
+        ok = ok and v < upper
+    if not ok:
+        lo = "[0" if allow_zero else "(0"
+        hi = f"{upper:g})" if upper is not None else "inf)"
+        raise ConfigError(f"{name} must be in {lo}, {hi}; got {value!r}")
+    return v
+
+
+def check_k(k, m: int) -> int:
+    if isinstance(k, bool) or not _is_int_like(k):
+        raise ConfigError(f"k must be an integer in [1, {m - 1}] (m = {m}); got {k!r}")
+    k = int(k)
+    if not 1 <= k <= m - 1:
+        raise ConfigError(f"k must be in [1, {m - 1}] (m = {m} classes); got k = {k}")
+    return k
+
+
+def check_int(name: str, value, lo: int) -> int:
+    if isinstance(value, bool) or not _is_int_like(value) or int(value) < lo:
+        raise ConfigError(f"{name} must be an integer >= {lo}; got {value!r}")
+    return int(value)
