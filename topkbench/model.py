@@ -72,7 +72,7 @@ def fit(
     time_limit: float | None = None,
     eval_every: int = 1,
     n_classes: int | None = None,
-    warm_start: Model | None = None,
+    warm_start: Model | tuple[float, NDArray[np.float64]] | None = None,
     warn: bool = True,
 ) -> Model:
     """Train ``method`` on features ``X`` (dense or CSR, n x d) and 0-based labels ``Y``.
@@ -89,8 +89,8 @@ def fit(
     eps : stop when the relative duality gap ``(P-D)/max(|P|,|D|) <= eps``.
     max_epochs, time_limit : budgets; stopping on them warns with ``ConvergenceWarning``.
     seed : drives the per-epoch permutations.
-    warm_start : a model of the same method on the same data (e.g. the previous C on a path);
-        its dual is rescaled by ``C_new / C_old`` (which keeps it feasible) and W recomputed.
+    warm_start : a model of the same method on the same data (e.g. the previous C on a path),
+        or a pair ``(C_old, A_old)``; the dual is rescaled by ``C_new / C_old`` (which keeps it feasible) and W recomputed.
     """
     spec = get_method(method)
     X = check_features(X)
@@ -109,9 +109,20 @@ def fit(
         raise ConfigError(f"method {spec.name} is a top-1 loss and takes no k; use k=1")
     A0 = None
     if warm_start is not None:
-        if warm_start.method != spec.name or warm_start.A.shape != (X.shape[0], m):
-            raise ConfigError("warm_start must be a model of the same method on the same data")
-        A0 = warm_start.A * (C / warm_start.params["C"])
+        if isinstance(warm_start, Model):
+            if warm_start.method != spec.name:
+                raise ConfigError(
+                    f"warm_start is a {warm_start.method} model; expected {spec.name}"
+                )
+            C_old, A_old = warm_start.params["C"], warm_start.A
+        else:
+            C_old, A_old = warm_start
+        if A_old.shape != (X.shape[0], m):
+            raise ConfigError(
+                f"warm_start dual has shape {A_old.shape}; expected {(X.shape[0], m)} "
+                "(same training data)"
+            )
+        A0 = A_old * (C / C_old)
     res = solve_sdca(
         X,
         y,

@@ -22,7 +22,8 @@ Block updates (exact maximization of D over ``a_i``, all other blocks fixed), wi
 * LR^Multi, TPAMI Prop. 15-16 with k = 1 (U empty): ``x_j = V(b_j - t) / alpha`` with
   ``alpha = C K``, ``b = q^{\\y} - q_y`` and ``t`` the root of eq. (14)
   ``h(t) = V(alpha - t) + sum_j V(b_j - t) - alpha = 0``.  ``h`` is convex and decreasing (V is
-  convex increasing), so Newton started left of the root converges monotonically; we bracket
+  convex increasing); we solve it by Halley's method (the paper uses a 4th-order Householder
+  step; Halley is 3rd order and needs only V, V' and V'' which come free with V); we bracket
   the root by ``B - alpha - log(alpha) <= t <= B - alpha/m - log(alpha/m)`` with
   ``B = max(alpha, max_j b_j)`` (each of the m terms is at most alpha at the root, and the
   largest is at least alpha/m) and safeguard with bisection.
@@ -77,55 +78,64 @@ def _softmax_tail(b, out):
 
 
 @njit(cache=True)
-def _entropic_root(b, alpha):
-    """Root ``t`` of ``V(alpha - t) + sum_j V(b_j - t) = alpha`` (TPAMI eq. (14)).
+def _entropic_root(b, alpha, vals):
+    """Root ``t`` of ``h(t) = V(alpha - t) + sum_j V(b_j - t) - alpha = 0`` (TPAMI eq. (14)).
 
-    Returns ``(t, status)``.
+    Halley's method (``h' = -sum V/(1+V)``, ``h'' = sum V/(1+V)^3``, both free once V is known)
+    inside the bracket of the module docstring, with bisection as the safeguard.  It stops when
+    the residual is at rounding level, ``|h| <= 4 (m+1) eps alpha`` (a test on the step size
+    alone can stall under rounding).  On return ``vals[j] = V(b_j - t)``.  Returns
+    ``(t, status)``.
     """
     mb = b.shape[0]
     big = alpha
+    mx = 0.0
     for j in range(mb):
         if b[j] > big:
             big = b[j]
+        if b[j] > mx:
+            mx = b[j]
     la = math.log(alpha)
     nterms = mb + 1.0
     lo = big - alpha - la
     hi = big - alpha / nterms - (la - math.log(nterms))
-    # start at the softmax approximation (exact as alpha -> 0) when it lies left of the root
-    lse = 0.0
-    mx = 0.0
-    for j in range(mb):
-        if b[j] > mx:
-            mx = b[j]
+    # start at the softmax solution (exact as alpha -> 0) when it lies inside the bracket
     acc = math.exp(-mx)
     for j in range(mb):
         acc += math.exp(b[j] - mx)
-    lse = mx + math.log(acc)
-    t = lo
-    guess = lse - la
-    if lo < guess < hi:
-        t = guess
+    t = mx + math.log(acc) - la
+    if not (lo < t < hi):
+        t = 0.5 * (lo + hi)
+    tol = 4.0 * nterms * 2.220446049250313e-16 * alpha
     for it in range(_NEWTON_MAX_ITER):
         v = lambertw_exp(alpha - t)
         h = v - alpha
-        dh = v / (1.0 + v)
+        w = v / (1.0 + v)
+        d1 = w
+        d2 = w / ((1.0 + v) * (1.0 + v))
         for j in range(mb):
             v = lambertw_exp(b[j] - t)
+            vals[j] = v
             h += v
-            dh += v / (1.0 + v)
+            w = v / (1.0 + v)
+            d1 += w
+            d2 += w / ((1.0 + v) * (1.0 + v))
+        if abs(h) <= tol:
+            return t, STATUS_OK
         if h > 0.0:
             lo = t
-        elif h < 0.0:
+        else:
             hi = t
+        den = 2.0 * d1 * d1 - h * d2
+        if den > 0.0:
+            t_new = t + 2.0 * h * d1 / den
         else:
-            return t, STATUS_OK
-        if dh <= 0.0:
+            t_new = t + h / d1
+        if not (lo < t_new < hi):
             t_new = 0.5 * (lo + hi)
-        else:
-            t_new = t + h / dh
-            if not (lo <= t_new <= hi):
-                t_new = 0.5 * (lo + hi)
-        if abs(t_new - t) <= 4e-16 * max(1.0, abs(t)) or hi - lo <= 4e-16 * max(1.0, abs(t)):
+        if abs(t_new - t) <= 1e-15 * max(1.0, abs(t)):
+            for j in range(mb):
+                vals[j] = lambertw_exp(b[j] - t_new)
             return t_new, STATUS_OK
         t = t_new
     return t, STATUS_ROOT_NOT_CONVERGED
@@ -169,7 +179,7 @@ def _sigmoid(u):
 
 
 @njit(cache=True)
-def update_block(loss, y, s, a, kii, C, gamma, k, out, work, idx):
+def update_block(loss, y, s, a, kii, C, gamma, k, out, work, vals, idx):
     """New dual block for one example into ``out`` (see module docstring). Returns a status."""
     m = s.shape[0]
     status = STATUS_OK
@@ -218,11 +228,11 @@ def update_block(loss, y, s, a, kii, C, gamma, k, out, work, idx):
                         total += b[p]
                         p += 1
             else:
-                t, status = _entropic_root(b, alpha)
+                t, status = _entropic_root(b, alpha, vals)
                 p = 0
                 for j in range(m):
                     if j != y:
-                        xj = lambertw_exp(b[p] - t) / alpha
+                        xj = vals[p] / alpha
                         out[j] = -C * xj
                         total += xj
                         p += 1
@@ -275,6 +285,7 @@ def sdca_epochs_dense(X, y, sqnorms, A, W, perms, loss, C, gamma, k):
     s = np.empty(m)
     new = np.empty(m)
     work = np.empty(m)
+    vals = np.empty(m)
     idx = np.empty(m, dtype=np.int64)
     failures = 0
     for e in range(n_epochs):
@@ -286,7 +297,7 @@ def sdca_epochs_dense(X, y, sqnorms, A, W, perms, loss, C, gamma, k):
                 xf = X[i, f]
                 for j in range(m):
                     s[j] += xf * W[f, j]
-            if update_block(loss, y[i], s, A[i], sqnorms[i], C, gamma, k, new, work, idx) != 0:
+            if update_block(loss, y[i], s, A[i], sqnorms[i], C, gamma, k, new, work, vals, idx) != 0:
                 failures += 1
             changed = False
             for j in range(m):
@@ -311,6 +322,7 @@ def sdca_epochs_csr(indptr, indices, data, y, sqnorms, A, W, perms, loss, C, gam
     s = np.empty(m)
     new = np.empty(m)
     work = np.empty(m)
+    vals = np.empty(m)
     idx = np.empty(m, dtype=np.int64)
     failures = 0
     for e in range(n_epochs):
@@ -323,7 +335,7 @@ def sdca_epochs_csr(indptr, indices, data, y, sqnorms, A, W, perms, loss, C, gam
                 f = indices[q]
                 for j in range(m):
                     s[j] += xf * W[f, j]
-            if update_block(loss, y[i], s, A[i], sqnorms[i], C, gamma, k, new, work, idx) != 0:
+            if update_block(loss, y[i], s, A[i], sqnorms[i], C, gamma, k, new, work, vals, idx) != 0:
                 failures += 1
             changed = False
             for j in range(m):

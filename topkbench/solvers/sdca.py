@@ -149,6 +149,9 @@ def solve_sdca(
                 indptr, indices, data, y, sqnorms, A, W, perms, loss_id, C, gamma, k
             )
         epochs += batch
+        # resynchronize W = X^T A: D(A) is a certified lower bound only for the W that A
+        # defines, and rank-1 updates accumulate rounding (A ~ C while W may be O(1))
+        W[...] = Xk.T @ A
         primal, dual = evaluate_objective(Xk, y, A, W, loss_id, C, gamma, k)
         if not (np.isfinite(primal) and np.isfinite(dual)):
             raise SolverError(

@@ -1,0 +1,304 @@
+"""Command-line interface (the only module that imports Typer and Hydra).
+
+Hydra configs in ``conf/`` are composed with the Compose API (``version_base="1.3"``) and
+converted to frozen dataclasses (``topkbench.config``) before anything else sees them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import warnings
+from functools import wraps
+from pathlib import Path
+from typing import Any
+
+import typer
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help=(
+        "topkbench: train and benchmark the top-k / multiclass losses of Lapin, Hein & Schiele "
+        "(TPAMI 2017) with certified SDCA solvers, and reproduce the papers' tables.\n\n"
+        "Configuration is composed from conf/ with Hydra overrides, e.g.\n\n"
+        "  topkbench train method=lr_multi C=0.5 --json\n\n"
+        "  topkbench sweep experiment=table3 n_jobs=2 && topkbench report experiment=table3"
+    ),
+)
+bench_app = typer.Typer(help="Benchmarks (print a table and write CSV under results/bench/).")
+app.add_typer(bench_app, name="bench")
+
+log = logging.getLogger("topkbench")
+
+
+def _conf_dir() -> Path:
+    env = os.environ.get("TOPKBENCH_CONF")
+    if env:
+        return Path(env).resolve()
+    here = Path(__file__).resolve().parent.parent / "conf"
+    return here
+
+
+def _setup_logging(verbose: bool = False) -> None:
+    from rich.logging import RichHandler
+
+    from rich.console import Console
+
+    handler = RichHandler(console=Console(stderr=True), show_path=False, show_time=False)
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO, handlers=[handler], format="%(message)s"
+    )
+
+
+def _err(message: str, hint: str | None = None, code: int = 2) -> None:
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    if hint:
+        console.print(f"[dim]try:[/] {hint}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def _handle_errors(fn):
+    @wraps(fn)
+    def wrapper(*args, **kwargs):
+        from topkbench.errors import TopkbenchError
+
+        try:
+            return fn(*args, **kwargs)
+        except TopkbenchError as exc:
+            _err(str(exc), getattr(exc, "hint", None), exc.exit_code)
+        except KeyboardInterrupt:
+            _err("interrupted; finished records are kept, re-run the command to resume", code=130)
+
+    return wrapper
+
+
+def compose(overrides: list[str] | None) -> dict[str, Any]:
+    """Compose ``conf/config.yaml`` with Hydra overrides into a plain dict."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    from topkbench.errors import ConfigError
+
+    conf = _conf_dir()
+    if not (conf / "config.yaml").exists():
+        raise ConfigError(f"config directory {conf} has no config.yaml (set TOPKBENCH_CONF)")
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+            cfg = hydra_compose(config_name="config", overrides=list(overrides or []))
+        return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+    except Exception as exc:  # Hydra/OmegaConf raise many types; all are config errors
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(
+            f"bad configuration override: {msg}",
+            hint="topkbench train --help  (overrides look like key=value, e.g. C=0.5)",
+        ) from None
+
+
+def _methods_help() -> str:
+    from topkbench.losses.registry import METHODS
+
+    return "; ".join(f"{s.name} ({', '.join(('C',) + s.params)})" for s in METHODS.values())
+
+
+OVERRIDES_HELP = (
+    "Hydra overrides key=value: method, C, k, gamma, eps, max_epochs, time_limit, seed, "
+    "dataset=circle, dataset.n_train=..."
+)
+
+
+@app.command(help="Train and evaluate one model. Methods: " + _methods_help())
+@_handle_errors
+def train(
+    overrides: list[str] = typer.Argument(None, help=OVERRIDES_HELP, show_default=False),
+    as_json: bool = typer.Option(False, "--json", help="Print exactly one JSON object."),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    _setup_logging(verbose)
+    from topkbench.config import TrainConfig
+    from topkbench.data.dataset import load_dataset
+    from topkbench.errors import ConvergenceWarning
+    from topkbench.metrics.topk import topk_accuracy
+    from topkbench.model import fit
+
+    cfg = TrainConfig.from_dict(compose(overrides))
+    ds = load_dataset(cfg.dataset, cfg.seed)
+    Xtr, ytr = ds.splits["train"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConvergenceWarning)
+        model = fit(
+            Xtr, ytr, cfg.method, C=cfg.C, k=cfg.k, gamma=cfg.gamma, eps=cfg.eps,
+            max_epochs=cfg.max_epochs, time_limit=cfg.time_limit, eval_every=cfg.eval_every,
+            seed=cfg.seed, n_classes=ds.n_classes,
+        )
+    for w in caught:
+        log.warning("%s", w.message)
+    ks = [k for k in cfg.topk if k < ds.n_classes] or [1]
+    metrics = {}
+    for split, (Xs, ys) in ds.splits.items():
+        acc = topk_accuracy(model.decision_function(Xs), ys, ks)
+        metrics[split] = {f"top{k}": v for k, v in acc.items()}
+    out = {
+        "dataset": ds.name,
+        "method": model.method,
+        "params": model.params,
+        "n": int(Xtr.shape[0]),
+        "d": int(Xtr.shape[1]),
+        "m": int(ds.n_classes),
+        "primal": model.primal,
+        "dual": model.dual,
+        "relative_gap": model.relative_gap,
+        "status": model.status,
+        "epochs": model.epochs,
+        "train_seconds": model.train_seconds,
+        "metrics": metrics,
+    }
+    if as_json:
+        sys.stdout.write(json.dumps(out) + "\n")
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    console.print(
+        f"[bold]{model.method}[/] on {ds.name} (n={out['n']}, d={out['d']}, m={out['m']}), "
+        f"C={cfg.C:g} gamma={cfg.gamma:g} k={cfg.k}"
+    )
+    console.print(
+        f"status {model.status} after {model.epochs} epochs, {model.train_seconds:.2f} s: "
+        f"P = {model.primal:.8g}, D = {model.dual:.8g}, relative gap = {model.relative_gap:.3g}"
+    )
+    t = Table("split", *[f"top-{k} %" for k in ks])
+    for split, vals in metrics.items():
+        t.add_row(split, *[f"{100 * vals[f'top{k}']:.2f}" for k in ks])
+    console.print(t)
+
+
+@app.command(help="List the training methods (generated from the registry).")
+def methods() -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from topkbench.losses.registry import METHODS
+
+    t = Table("name", "paper", "params", "task", "solver", "loss", "reference", show_lines=True)
+    for s in METHODS.values():
+        t.add_row(
+            s.name + (f"\n({', '.join(s.aliases)})" if s.aliases else ""),
+            s.paper_name,
+            ", ".join(("C",) + s.params),
+            s.task,
+            s.solver,
+            s.objective,
+            s.reference,
+        )
+    Console().print(t)
+
+
+@app.command(help="Run an experiment's sweep (resumable). Example: sweep experiment=table3 n_jobs=2")
+@_handle_errors
+def sweep(
+    overrides: list[str] = typer.Argument(None, help="Hydra overrides; experiment=NAME is required"),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    _setup_logging(verbose)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from topkbench.config import ExperimentConfig
+    from topkbench.sweep import run_sweep
+
+    exp = ExperimentConfig.from_dict(compose(overrides))
+    n_paths = exp.draws * len(exp.rows)
+    n_points = n_paths * len(exp.C_values)
+    counts = {"done": 0, "cached": 0, "failed": 0, "not_converged": 0}
+    log.info(
+        "%s: %d rows x %d draws x %d C values = %d fits, n_jobs=%d, records in %s/%s",
+        exp.name, len(exp.rows), exp.draws, len(exp.C_values), n_points, exp.n_jobs,
+        exp.results_dir, exp.name,
+    )
+    with Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("{task.fields[stats]}"), TimeElapsedColumn(),
+        transient=False, console=None,
+    ) as progress:
+        task = progress.add_task(exp.name, total=n_points, stats="")
+
+        def on_done(s):
+            for key in counts:
+                counts[key] += getattr(s, key)
+            for e in s.errors:
+                log.error("%s draw %d: %s", s.row, s.draw, e)
+            progress.update(
+                task,
+                advance=s.done + s.cached + s.failed,
+                stats=f"done {counts['done']} cached {counts['cached']} failed {counts['failed']}",
+            )
+
+        run_sweep(exp, on_done)
+    log.info(
+        "finished: %d new, %d cached, %d failed; %d new fits stopped on the budget",
+        counts["done"], counts["cached"], counts["failed"], counts["not_converged"],
+    )
+    if counts["failed"]:
+        raise typer.Exit(1)
+
+
+@app.command(help="Print an experiment's table beside the paper's numbers. Example: report experiment=table3")
+@_handle_errors
+def report(
+    overrides: list[str] = typer.Argument(None, help="Hydra overrides; experiment=NAME is required"),
+) -> None:
+    from topkbench.config import ExperimentConfig
+    from topkbench.report import build_report, write_report
+
+    exp = ExperimentConfig.from_dict(compose(overrides))
+    rep = build_report(exp)
+    paths = write_report(exp, rep)
+    sys.stdout.write(rep.markdown)
+    sys.stderr.write("written: " + ", ".join(str(p) for p in paths) + "\n")
+
+
+@bench_app.command("sdca", help="Seconds per SDCA epoch and GFLOP/s vs the 4 n d m flop count.")
+@_handle_errors
+def bench_sdca_cmd(
+    n: int = typer.Option(20_000, help="examples"),
+    d: int = typer.Option(128, help="features"),
+    m: int = typer.Option(100, help="classes"),
+    epochs: int = typer.Option(5, help="epochs timed per method (median reported)"),
+    C: float = typer.Option(1.0, help="C = 1/(lambda n)"),
+    seed: int = typer.Option(0),
+    out: Path = typer.Option(Path("results/bench/sdca.csv"), help="CSV output"),
+) -> None:
+    import pandas as pd
+    from rich.console import Console
+    from rich.table import Table
+
+    from topkbench.bench import bench_sdca
+
+    rows = bench_sdca(n=n, d=d, m=m, epochs=epochs, C=C, seed=seed)
+    df = pd.DataFrame([r.__dict__ for r in rows])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out, index=False)
+    t = Table("method", "gamma", "n x d x m", "s/epoch (median)", "s/epoch (min)", "GFLOP/s",
+              "gap after")
+    for r in rows:
+        t.add_row(r.method, f"{r.gamma:g}", f"{r.n}x{r.d}x{r.m}", f"{r.sec_per_epoch:.4f}",
+                  f"{r.sec_per_epoch_min:.4f}", f"{r.gflops:.2f}", f"{r.gap_after:.3g}")
+    Console().print(t)
+    sys.stderr.write(f"written: {out}\n")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""Frozen run specifications built from plain dicts (the CLI converts Hydra configs to dicts).
+
+The core never sees a ``DictConfig`` (STYLE.md); this module is the boundary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from topkbench.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class DatasetConfig:
+    name: str
+    kind: str
+    options: tuple[tuple[str, Any], ...] = ()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return dict(self.options).get(key, default)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> DatasetConfig:
+        if not isinstance(d, dict) or "kind" not in d:
+            raise ConfigError("dataset config needs a 'kind' (e.g. dataset=circle)")
+        rest = tuple(sorted((k, v) for k, v in d.items() if k not in ("name", "kind")))
+        return cls(name=str(d.get("name", d["kind"])), kind=str(d["kind"]), options=rest)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, **dict(self.options)}
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """One training run (``topkbench train``)."""
+
+    dataset: DatasetConfig
+    method: str
+    C: float = 1.0
+    k: int = 1
+    gamma: float = 0.0
+    eps: float = 1e-3
+    max_epochs: int = 1000
+    time_limit: float | None = None
+    eval_every: int = 1
+    seed: int = 0
+    topk: tuple[int, ...] = (1, 2, 3, 5, 10)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
+        try:
+            return cls(
+                dataset=DatasetConfig.from_dict(d["dataset"]),
+                method=str(d["method"]),
+                C=d["C"],
+                k=d["k"],
+                gamma=d["gamma"],
+                eps=d["eps"],
+                max_epochs=d["max_epochs"],
+                time_limit=d.get("time_limit"),
+                eval_every=d.get("eval_every", 1),
+                seed=int(d["seed"]),
+                topk=tuple(int(v) for v in d.get("topk", (1, 2, 3, 5, 10))),
+            )
+        except KeyError as exc:
+            raise ConfigError(f"missing config key {exc.args[0]!r}") from None
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    """One row of a paper table: a method with fixed non-C parameters."""
+
+    row: str
+    method: str
+    gamma: float = 0.0
+    k: int = 1
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    """A sweep over C (and draws) for several rows, with per-k selection (DESIGN §7)."""
+
+    name: str
+    title: str
+    dataset: DatasetConfig
+    rows: tuple[SweepRow, ...]
+    C_values: tuple[float, ...]
+    ks: tuple[int, ...]
+    draws: int = 1
+    seed: int = 0
+    eps: float = 1e-3
+    max_epochs: int = 1000
+    eval_every: int = 1
+    time_limit: float | None = None
+    selection: str = "val"
+    published: str | None = None
+    results_dir: str = "results"
+    n_jobs: int = 1
+    extra: tuple[tuple[str, Any], ...] = field(default=())
+
+    @classmethod
+    def from_dict(cls, root: dict[str, Any]) -> ExperimentConfig:
+        exp = root.get("experiment")
+        if not exp:
+            raise ConfigError(
+                "no experiment selected", hint="topkbench sweep experiment=table3"
+            )
+        grid = exp["C_grid"]
+        exps = np.arange(int(grid["min_exp"]), int(grid["max_exp"]) + 1)
+        C_values = tuple(float(grid["base"]) ** float(e) for e in exps)
+        rows = tuple(SweepRow(**r) for r in exp["rows"])
+        if len({r.row for r in rows}) != len(rows):
+            raise ConfigError(f"experiment {exp['name']}: duplicate row labels")
+        return cls(
+            name=str(exp["name"]),
+            title=str(exp.get("title", exp["name"])),
+            dataset=DatasetConfig.from_dict(root["dataset"]),
+            rows=rows,
+            C_values=C_values,
+            ks=tuple(int(k) for k in exp["ks"]),
+            draws=int(exp.get("draws", 1)),
+            seed=int(root.get("seed", 0)),
+            eps=float(exp.get("eps", root.get("eps", 1e-3))),
+            max_epochs=int(exp.get("max_epochs", root.get("max_epochs", 1000))),
+            eval_every=int(exp.get("eval_every", 1)),
+            time_limit=exp.get("time_limit"),
+            selection=str(exp.get("selection", "val")),
+            published=exp.get("published"),
+            results_dir=str(root.get("results_dir", "results")),
+            n_jobs=int(root.get("n_jobs", 1)),
+        )
