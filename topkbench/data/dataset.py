@@ -29,6 +29,18 @@ class Dataset:
 DATASET_KINDS = ("circle",)
 
 
+def append_bias(X, value: float):
+    """Append a constant feature ``value`` (DESIGN §2: no bias term unless a config asks)."""
+    if value == 0.0:
+        return X
+    import scipy.sparse as sp
+
+    if sp.issparse(X):
+        col = sp.csr_matrix(np.full((X.shape[0], 1), value))
+        return sp.hstack([X, col], format="csr")
+    return np.hstack([X, np.full((X.shape[0], 1), value)])
+
+
 def load_dataset(cfg: DatasetConfig, seed: int) -> Dataset:
     """Build or load the dataset described by ``cfg``; ``seed`` drives any random choice."""
     if cfg.kind == "circle":
@@ -40,9 +52,10 @@ def load_dataset(cfg: DatasetConfig, seed: int) -> Dataset:
             n_val=int(cfg.get("n_val", 200)),
             n_test=int(cfg.get("n_test", 200_000)),
         )
+        bias = float(cfg.get("bias", 0.0))
         return Dataset(
             name=cfg.name,
-            splits={k: (v.X, v.y) for k, v in splits.items()},
+            splits={k: (append_bias(v.X, bias), v.y) for k, v in splits.items()},
             n_classes=3,
             label_names=["class 1", "class 2", "class 3"],
             provenance={"generator": "circle (DESIGN §6.1)", "seed": seed},

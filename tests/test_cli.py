@@ -1,0 +1,97 @@
+"""CLI contract (DESIGN §9): --help, the --json object, error messages and exit codes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from topkbench.cli import app
+from topkbench.losses.registry import METHODS
+
+runner = CliRunner()
+
+SMALL = ["dataset.n_test=500", "dataset.n_train=60", "dataset.n_val=60"]
+
+
+def invoke(*args: str):
+    return runner.invoke(app, list(args))
+
+
+@pytest.mark.parametrize("cmd", [[], ["train"], ["sweep"], ["report"], ["methods"], ["bench", "sdca"]])
+def test_help(cmd):
+    res = invoke(*cmd, "--help")
+    assert res.exit_code == 0, res.output
+    assert "Usage" in res.output
+
+
+def test_train_help_lists_methods():
+    res = invoke("train", "--help")
+    for name in METHODS:
+        assert name in res.output
+
+
+def test_methods_lists_registry():
+    res = invoke("methods")
+    assert res.exit_code == 0
+    for name in METHODS:
+        assert name in res.output
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_train_json_contract(method):
+    res = invoke("train", f"method={method}", "C=0.5", *SMALL, "--json")
+    assert res.exit_code == 0, res.output
+    lines = [ln for ln in res.stdout.splitlines() if ln.strip()]
+    assert len(lines) == 1, res.stdout
+    out = json.loads(lines[0])
+    for key in (
+        "dataset", "method", "params", "n", "d", "m", "primal", "dual", "relative_gap",
+        "status", "epochs", "train_seconds", "metrics",
+    ):
+        assert key in out
+    assert out["method"] == method
+    assert (out["n"], out["d"], out["m"]) == (60, 2, 3)
+    assert out["status"] == "converged"
+    assert out["primal"] >= out["dual"] - 1e-12
+    assert out["relative_gap"] <= 1e-3
+    assert set(out["metrics"]) == {"train", "val", "test"}
+    assert set(out["metrics"]["test"]) == {"top1", "top2"}
+    assert 0.0 <= out["metrics"]["test"]["top1"] <= out["metrics"]["test"]["top2"] <= 1.0
+
+
+def test_train_human_output():
+    res = invoke("train", "method=lr_multi", *SMALL)
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert "relative gap" in text and "top-1" in text
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["method=nope"], "Available methods are: svm_ova, lr_ova, svm_multi, lr_multi"),
+        (["C=-1"], "C must be in (0, inf); got -1"),
+        (["C=0"], "C must be in (0, inf)"),
+        (["k=3"], "k must be in [1, 2] (m = 3 classes); got k = 3"),
+        (["k=0"], "k must be in [1, 2]"),
+        (["gamma=-0.5", "method=svm_multi"], "gamma must be in [0, inf)"),
+        (["gamma=1", "method=lr_multi"], "has no smoothing parameter"),
+        (["no_such_key=1"], "Could not override 'no_such_key'"),
+        (["dataset=nope"], "bad configuration override"),
+    ],
+)
+def test_train_errors(args, needle):
+    res = invoke("train", *args, *SMALL)
+    assert res.exit_code != 0
+    text = " ".join(res.output.split())
+    assert needle in text, text
+    assert "Traceback" not in res.output
+
+
+def test_sweep_requires_experiment():
+    res = invoke("sweep")
+    assert res.exit_code != 0
+    assert "no experiment selected" in res.output
+    assert "experiment=table3" in res.output

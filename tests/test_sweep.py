@@ -1,0 +1,105 @@
+"""Sweep engine: records, resume after interruption, determinism, the Table 3 report."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+import topkbench.model
+from topkbench.cli import app, compose
+from topkbench.config import ExperimentConfig
+from topkbench.report import build_report
+from topkbench.store import RecordStore
+from topkbench.sweep import run_sweep
+
+runner = CliRunner()
+GOLDEN = Path(__file__).parent / "golden" / "table3_smoke.md"
+
+
+def smoke_overrides(results: Path) -> list[str]:
+    return [
+        "experiment=table3",
+        "experiment.draws=2",
+        "experiment.C_grid.min_exp=-3",
+        "experiment.C_grid.max_exp=3",
+        "dataset.n_test=3000",
+        f"results_dir={results}",
+    ]
+
+
+def smoke_experiment(results: Path) -> ExperimentConfig:
+    return ExperimentConfig.from_dict(compose(smoke_overrides(results)))
+
+
+METRIC_COLS = ["primal", "dual", "relative_gap", "epochs", "val_top1", "val_top2", "test_top1"]
+
+
+def _records(exp: ExperimentConfig) -> pd.DataFrame:
+    df = RecordStore(exp.results_dir, exp.name).load()
+    return df.sort_values(["row", "draw", "C"]).reset_index(drop=True)
+
+
+def test_sweep_writes_every_record_and_resumes_from_cache(tmp_path):
+    exp = smoke_experiment(tmp_path)
+    summaries = run_sweep(exp)
+    n_expected = exp.draws * len(exp.rows) * len(exp.C_values)
+    assert sum(s.done for s in summaries) == n_expected
+    recs = _records(exp)
+    assert len(recs) == n_expected
+    assert recs["key"].is_unique
+    assert (recs["status"] == "converged").all()
+    assert (recs["relative_gap"] <= exp.eps).all()
+    again = run_sweep(exp)
+    assert sum(s.done for s in again) == 0
+    assert sum(s.cached for s in again) == n_expected
+
+
+def test_interrupted_sweep_loses_nothing_and_resumes_identically(tmp_path, monkeypatch):
+    ref = smoke_experiment(tmp_path / "ref")
+    run_sweep(ref)
+    exp = smoke_experiment(tmp_path / "int")
+    real_fit = topkbench.model.fit
+    calls = {"n": 0}
+
+    def flaky_fit(*args, **kwargs):
+        if kwargs.get("max_epochs") != exp.max_epochs:  # the compile warm-up
+            return real_fit(*args, **kwargs)
+        calls["n"] += 1
+        if calls["n"] == 23:
+            raise KeyboardInterrupt
+        return real_fit(*args, **kwargs)
+
+    monkeypatch.setattr(topkbench.model, "fit", flaky_fit)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(exp)
+    assert len(_records(exp)) == 22  # every finished fit was kept
+    monkeypatch.setattr(topkbench.model, "fit", real_fit)
+    summaries = run_sweep(exp)
+    assert sum(s.cached for s in summaries) == 22
+    a, b = _records(ref), _records(exp)
+    assert list(a["key"]) == list(b["key"])
+    pd.testing.assert_frame_equal(a[METRIC_COLS], b[METRIC_COLS])
+
+
+def test_cli_sweep_and_report_match_golden(tmp_path):
+    args = smoke_overrides(tmp_path)
+    res = runner.invoke(app, ["sweep", *args])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["report", *args])
+    assert res.exit_code == 0, res.output
+    md = build_report(smoke_experiment(tmp_path)).markdown
+    assert "| SVM^Multi |" in md and "58.9" in md and "96.1" in md
+    assert "not run" in md  # paper rows without a method in this experiment
+    if os.environ.get("TOPKBENCH_UPDATE_GOLDEN"):
+        GOLDEN.write_text(md)
+    assert md == GOLDEN.read_text(), "set TOPKBENCH_UPDATE_GOLDEN=1 to accept a new table"
+
+
+def test_report_without_records_is_a_clear_error(tmp_path):
+    res = runner.invoke(app, ["report", *smoke_overrides(tmp_path)])
+    assert res.exit_code != 0
+    assert "no records for experiment 'table3'" in " ".join(res.output.split())

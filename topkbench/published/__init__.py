@@ -1,0 +1,1 @@
+"""Published numbers transcribed from the papers (CSV, one file per table)."""
