@@ -19,7 +19,9 @@ def invoke(*args: str):
     return runner.invoke(app, list(args))
 
 
-@pytest.mark.parametrize("cmd", [[], ["train"], ["sweep"], ["report"], ["methods"], ["bench", "sdca"]])
+@pytest.mark.parametrize(
+    "cmd", [[], ["train"], ["sweep"], ["report"], ["methods"], ["bench", "sdca"]]
+)
 def test_help(cmd):
     res = invoke(*cmd, "--help")
     assert res.exit_code == 0, res.output
@@ -47,8 +49,19 @@ def test_train_json_contract(method):
     assert len(lines) == 1, res.stdout
     out = json.loads(lines[0])
     for key in (
-        "dataset", "method", "params", "n", "d", "m", "primal", "dual", "relative_gap",
-        "status", "epochs", "train_seconds", "metrics",
+        "dataset",
+        "method",
+        "params",
+        "n",
+        "d",
+        "m",
+        "primal",
+        "dual",
+        "relative_gap",
+        "status",
+        "epochs",
+        "train_seconds",
+        "metrics",
     ):
         assert key in out
     assert out["method"] == method

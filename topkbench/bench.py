@@ -44,7 +44,11 @@ def bench_sdca(
     n: int = 20_000,
     d: int = 128,
     m: int = 100,
-    methods: tuple[tuple[str, float], ...] = (("svm_multi", 0.0), ("svm_multi", 1.0), ("lr_multi", 0.0)),
+    methods: tuple[tuple[str, float], ...] = (
+        ("svm_multi", 0.0),
+        ("svm_multi", 1.0),
+        ("lr_multi", 0.0),
+    ),
     epochs: int = 5,
     C: float = 1.0,
     seed: int = 0,
@@ -61,7 +65,9 @@ def bench_sdca(
         A = np.zeros((20, 4))
         W = np.zeros((3, 4))
         perms = np.arange(20, dtype=np.int64)[None, :]
-        _k.sdca_epochs_dense(Xs, ys, row_sqnorms(Xs), A, W, perms, spec.loss_id, C, gamma, 1)
+        _k.sdca_epochs_dense(
+            Xs, ys, row_sqnorms(Xs), A, W, perms, spec.loss_id, C, gamma, 1, np.full(20, np.nan)
+        )
     rows = []
     rng = np.random.default_rng(seed)
     for name, gamma in methods:
@@ -69,17 +75,27 @@ def bench_sdca(
         A = np.zeros((n, m))
         W = np.zeros((d, m))
         times = []
+        troots = np.full(n, np.nan)
         for _ in range(epochs):
             perms = rng.permutation(n).astype(np.int64)[None, :]
             t0 = time.perf_counter()
-            _k.sdca_epochs_dense(X, y, sq, A, W, perms, spec.loss_id, C, gamma, 1)
+            _k.sdca_epochs_dense(X, y, sq, A, W, perms, spec.loss_id, C, gamma, 1, troots)
             times.append(time.perf_counter() - t0)
         P, D = evaluate_objective(X, y, A, W, spec.loss_id, C, gamma, 1)
         med = float(np.median(times))
         rows.append(
             SDCABenchRow(
-                name, gamma, n, d, m, C, epochs, med, float(min(times)),
-                4.0 * n * d * m / med / 1e9, relative_gap(P, D),
+                name,
+                gamma,
+                n,
+                d,
+                m,
+                C,
+                epochs,
+                med,
+                float(min(times)),
+                4.0 * n * d * m / med / 1e9,
+                relative_gap(P, D),
             )
         )
     return rows

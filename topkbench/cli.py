@@ -43,9 +43,8 @@ def _conf_dir() -> Path:
 
 
 def _setup_logging(verbose: bool = False) -> None:
-    from rich.logging import RichHandler
-
     from rich.console import Console
+    from rich.logging import RichHandler
 
     handler = RichHandler(console=Console(stderr=True), show_path=False, show_time=False)
     logging.basicConfig(
@@ -135,9 +134,18 @@ def train(
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ConvergenceWarning)
         model = fit(
-            Xtr, ytr, cfg.method, C=cfg.C, k=cfg.k, gamma=cfg.gamma, eps=cfg.eps,
-            max_epochs=cfg.max_epochs, time_limit=cfg.time_limit, eval_every=cfg.eval_every,
-            seed=cfg.seed, n_classes=ds.n_classes,
+            Xtr,
+            ytr,
+            cfg.method,
+            C=cfg.C,
+            k=cfg.k,
+            gamma=cfg.gamma,
+            eps=cfg.eps,
+            max_epochs=cfg.max_epochs,
+            time_limit=cfg.time_limit,
+            eval_every=cfg.eval_every,
+            seed=cfg.seed,
+            n_classes=ds.n_classes,
         )
     for w in caught:
         log.warning("%s", w.message)
@@ -203,10 +211,14 @@ def methods() -> None:
     Console().print(t)
 
 
-@app.command(help="Run an experiment's sweep (resumable). Example: sweep experiment=table3 n_jobs=2")
+@app.command(
+    help="Run an experiment's sweep (resumable). Example: sweep experiment=table3 n_jobs=2"
+)
 @_handle_errors
 def sweep(
-    overrides: list[str] = typer.Argument(None, help="Hydra overrides; experiment=NAME is required"),
+    overrides: list[str] = typer.Argument(
+        None, help="Hydra overrides; experiment=NAME is required"
+    ),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     _setup_logging(verbose)
@@ -221,13 +233,23 @@ def sweep(
     counts = {"done": 0, "cached": 0, "failed": 0, "not_converged": 0}
     log.info(
         "%s: %d rows x %d draws x %d C values = %d fits, n_jobs=%d, records in %s/%s",
-        exp.name, len(exp.rows), exp.draws, len(exp.C_values), n_points, exp.n_jobs,
-        exp.results_dir, exp.name,
+        exp.name,
+        len(exp.rows),
+        exp.draws,
+        len(exp.C_values),
+        n_points,
+        exp.n_jobs,
+        exp.results_dir,
+        exp.name,
     )
     with Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TextColumn("{task.fields[stats]}"), TimeElapsedColumn(),
-        transient=False, console=None,
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[stats]}"),
+        TimeElapsedColumn(),
+        transient=False,
+        console=None,
     ) as progress:
         task = progress.add_task(exp.name, total=n_points, stats="")
 
@@ -245,16 +267,23 @@ def sweep(
         run_sweep(exp, on_done)
     log.info(
         "finished: %d new, %d cached, %d failed; %d new fits stopped on the budget",
-        counts["done"], counts["cached"], counts["failed"], counts["not_converged"],
+        counts["done"],
+        counts["cached"],
+        counts["failed"],
+        counts["not_converged"],
     )
     if counts["failed"]:
         raise typer.Exit(1)
 
 
-@app.command(help="Print an experiment's table beside the paper's numbers. Example: report experiment=table3")
+@app.command(
+    help="Print an experiment's table beside the paper's numbers. Example: report experiment=table3"
+)
 @_handle_errors
 def report(
-    overrides: list[str] = typer.Argument(None, help="Hydra overrides; experiment=NAME is required"),
+    overrides: list[str] = typer.Argument(
+        None, help="Hydra overrides; experiment=NAME is required"
+    ),
 ) -> None:
     from topkbench.config import ExperimentConfig
     from topkbench.report import build_report, write_report
@@ -287,11 +316,19 @@ def bench_sdca_cmd(
     df = pd.DataFrame([r.__dict__ for r in rows])
     out.parent.mkdir(parents=True, exist_ok=True)
     df.to_csv(out, index=False)
-    t = Table("method", "gamma", "n x d x m", "s/epoch (median)", "s/epoch (min)", "GFLOP/s",
-              "gap after")
+    t = Table(
+        "method", "gamma", "n x d x m", "s/epoch (median)", "s/epoch (min)", "GFLOP/s", "gap after"
+    )
     for r in rows:
-        t.add_row(r.method, f"{r.gamma:g}", f"{r.n}x{r.d}x{r.m}", f"{r.sec_per_epoch:.4f}",
-                  f"{r.sec_per_epoch_min:.4f}", f"{r.gflops:.2f}", f"{r.gap_after:.3g}")
+        t.add_row(
+            r.method,
+            f"{r.gamma:g}",
+            f"{r.n}x{r.d}x{r.m}",
+            f"{r.sec_per_epoch:.4f}",
+            f"{r.sec_per_epoch_min:.4f}",
+            f"{r.gflops:.2f}",
+            f"{r.gap_after:.3g}",
+        )
     Console().print(t)
     sys.stderr.write(f"written: {out}\n")
 

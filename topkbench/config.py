@@ -105,9 +105,7 @@ class ExperimentConfig:
     def from_dict(cls, root: dict[str, Any]) -> ExperimentConfig:
         exp = root.get("experiment")
         if not exp:
-            raise ConfigError(
-                "no experiment selected", hint="topkbench sweep experiment=table3"
-            )
+            raise ConfigError("no experiment selected", hint="topkbench sweep experiment=table3")
         grid = exp["C_grid"]
         exps = np.arange(int(grid["min_exp"]), int(grid["max_exp"]) + 1)
         C_values = tuple(float(grid["base"]) ** float(e) for e in exps)

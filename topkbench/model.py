@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 from numpy.typing import NDArray
 
 from topkbench.errors import ConfigError, InputError
@@ -90,7 +89,8 @@ def fit(
     max_epochs, time_limit : budgets; stopping on them warns with ``ConvergenceWarning``.
     seed : drives the per-epoch permutations.
     warm_start : a model of the same method on the same data (e.g. the previous C on a path),
-        or a pair ``(C_old, A_old)``; the dual is rescaled by ``C_new / C_old`` (which keeps it feasible) and W recomputed.
+        or a pair ``(C_old, A_old)``; the dual is rescaled by ``C_new / C_old`` (which keeps
+        it feasible) and W recomputed.
     """
     spec = get_method(method)
     X = check_features(X)

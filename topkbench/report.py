@@ -133,8 +133,11 @@ def build_report(exp: ExperimentConfig) -> TableReport:
         f"Solver: SDCA to relative duality gap ε = {exp.eps:g} (budget {exp.max_epochs} epochs, "
         f"{exp.time_limit} s per fit). {n_conv}/{n_rec} fits reached ε; "
         f"{n_sel_conv}/{n_sel} selected models reached ε"
-        + ("." if n_sel_conv == n_sel else " (the others stopped on the budget; their gap is "
-           "recorded in the store)."),
+        + (
+            "."
+            if n_sel_conv == n_sel
+            else " (the others stopped on the budget; their gap is recorded in the store)."
+        ),
         "Rows marked 'not run' are in the paper but not in this experiment's method list.",
     ]
     if n_rec > n_conv:

@@ -14,7 +14,7 @@ import os
 import platform
 import subprocess
 import tempfile
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -85,7 +85,7 @@ class RecordStore:
             "key": key,
             **record,
             **provenance(),
-            "finished_at": datetime.now(timezone.utc).isoformat(),
+            "finished_at": datetime.now(UTC).isoformat(),
         }
         _atomic_write(pd.DataFrame([row]), self.records / f"{key}.parquet")
 

@@ -22,22 +22,26 @@ from numba import njit
 @njit(cache=True)
 def lambertw_exp(t: float) -> float:
     """Return V(t) = W0(e^t) for a scalar ``t`` (any float; ``nan`` propagates)."""
-    if t < -40.0:
-        return math.exp(t)
+    if t < -20.0:
+        # V = e^t exp(-V) = e^t (1 - e^t + O(e^{2t})); e^{2t} < 5e-18 here
+        et = math.exp(t)
+        return et - et * et
     if t > 1e8:
         # asymptotic series V = t - log t + log t / t + O((log t / t)^2)
         ell = math.log(t)
         return t - ell + ell / t
-    if t > 40.0:
-        ell = t
+    if t < 1.0:
+        et = math.exp(t)
+        ell = math.log1p(et)
     else:
-        ell = math.log1p(math.exp(t))
+        et = 0.0
+        ell = t + math.log1p(math.exp(-t))
     w = ell * (1.0 - math.log1p(ell) / (2.0 + ell))
     for _ in range(2):
         # residual of w + log w = t; for t < 1 as log(e^t / w) - w (no cancellation when
         # w is tiny), for larger t ordered to avoid cancellation when t is huge
         if t < 1.0:
-            z = math.log(math.exp(t) / w) - w
+            z = math.log(et / w) - w
         else:
             z = (t - w) - math.log(w)
         w1 = 1.0 + w

@@ -59,7 +59,7 @@ _OVA_SVM = MethodSpec(
     solver="sdca",
     loss_id=_k.LOSS_SVM_OVA,
     params=("gamma",),
-    objective="sum_c max{0, 1 - ytilde_c f_c}, ytilde_c = +1 if c = y else -1; smoothed for gamma>0",
+    objective="sum_c max{0, 1 - yt_c f_c}, yt_c = +1 if c = y else -1; smoothed for gamma>0",
     reference="TPAMI 002 §3.2 (OVA), Prop. 10, §5.2",
     aliases=("ova_svm",),
     smooth_when="gamma > 0",

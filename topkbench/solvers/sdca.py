@@ -124,6 +124,7 @@ def solve_sdca(
         indices = Xk.indices.astype(np.int64)
         data = Xk.data
 
+    troots = np.full(n, np.nan)
     rng = np.random.default_rng(seed)
     start = time.perf_counter()
     trace: list[TracePoint] = []
@@ -143,10 +144,12 @@ def solve_sdca(
         batch = min(eval_every, max_epochs - epochs)
         perms = np.stack([rng.permutation(n) for _ in range(batch)]).astype(np.int64)
         if kind == "dense":
-            failures += _k.sdca_epochs_dense(Xk, y, sqnorms, A, W, perms, loss_id, C, gamma, k)
+            failures += _k.sdca_epochs_dense(
+                Xk, y, sqnorms, A, W, perms, loss_id, C, gamma, k, troots
+            )
         else:
             failures += _k.sdca_epochs_csr(
-                indptr, indices, data, y, sqnorms, A, W, perms, loss_id, C, gamma, k
+                indptr, indices, data, y, sqnorms, A, W, perms, loss_id, C, gamma, k, troots
             )
         epochs += batch
         # resynchronize W = X^T A: D(A) is a certified lower bound only for the W that A
