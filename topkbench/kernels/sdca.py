@@ -286,6 +286,19 @@ def update_block(loss, y, s, a, kii, C, gamma, k, out, work, vals, idx, troots, 
 
 
 @njit(cache=True)
+def _store_block(A, i, new, delta):
+    """``A[i] = new``; ``delta = new - old``.  Returns whether anything changed."""
+    changed = False
+    for j in range(new.shape[0]):
+        dj = new[j] - A[i, j]
+        delta[j] = dj
+        if dj != 0.0:
+            changed = True
+        A[i, j] = new[j]
+    return changed
+
+
+@njit(cache=True)
 def sdca_epochs_dense(X, y, sqnorms, A, W, perms, loss, C, gamma, k, troots):
     """Run ``perms.shape[0]`` SDCA epochs in place on dense ``X`` (n x d), ``W`` (d x m).
 
@@ -315,14 +328,7 @@ def sdca_epochs_dense(X, y, sqnorms, A, W, perms, loss, C, gamma, k, troots):
                 loss, y[i], s, A[i], sqnorms[i], C, gamma, k, new, work, vals, idx, troots, i
             ) != 0:
                 failures += 1
-            changed = False
-            for j in range(m):
-                delta = new[j] - A[i, j]
-                s[j] = delta
-                if delta != 0.0:
-                    changed = True
-                A[i, j] = new[j]
-            if changed:
+            if _store_block(A, i, new, s):
                 for f in range(d):
                     xf = X[i, f]
                     for j in range(m):
@@ -355,14 +361,7 @@ def sdca_epochs_csr(indptr, indices, data, y, sqnorms, A, W, perms, loss, C, gam
                 loss, y[i], s, A[i], sqnorms[i], C, gamma, k, new, work, vals, idx, troots, i
             ) != 0:
                 failures += 1
-            changed = False
-            for j in range(m):
-                delta = new[j] - A[i, j]
-                s[j] = delta
-                if delta != 0.0:
-                    changed = True
-                A[i, j] = new[j]
-            if changed:
+            if _store_block(A, i, new, s):
                 for q in range(indptr[i], indptr[i + 1]):
                     xf = data[q]
                     f = indices[q]
