@@ -1,0 +1,518 @@
+"""SDCA against independent references (STYLE.md "Tests"; DESIGN §2, §4.3, §5).
+
+(a) every convex loss on tiny problems against a cvxpy (CLARABEL) solution of the primal,
+(b) SVM^Multi, SVM^OVA, LR^Multi and LR^OVA against liblinear / scikit-learn at the same C,
+(c) the exact trajectory of the numba SDCA against a slow numpy SDCA given the same
+    permutations, with block updates implemented independently (see ``reference_block``).
+
+Scale: P(W) = lambda/2 ||W||^2 + 1/n sum_i L(y_i, W^T x_i), C = 1/(lambda n); liblinear and
+scikit-learn minimise 1/2 ||W||^2 + C sum_i L = P / lambda.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import cvxpy as cp
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import scipy.special as sps
+from scipy.optimize import brentq
+
+import topkbench
+from topkbench.errors import ConvergenceWarning
+from topkbench.losses.registry import get_method
+from topkbench.solvers.sdca import solve_sdca
+
+# --- an independent primal objective --------------------------------------------------------
+
+
+def ytilde_matrix(y, m):
+    Yt = -np.ones((y.shape[0], m))
+    Yt[np.arange(y.shape[0]), y] = 1.0
+    return Yt
+
+
+def primal_objective(X, y, W, method, gamma, C):
+    """P(W) of DESIGN §2 in numpy (no topkbench code)."""
+    n, m = X.shape[0], W.shape[1]
+    S = np.asarray(X @ W)
+    rows = np.arange(n)
+    if method == "svm_multi":
+        Z = 1.0 + S - S[rows, y][:, None]
+        Z[rows, y] = -np.inf
+        if gamma == 0:
+            losses = np.maximum(Z.max(axis=1), 0.0)
+        else:
+            losses = np.array([smooth_max_hinge(np.delete(Z[i], y[i]), gamma) for i in range(n)])
+    elif method == "lr_multi":
+        losses = sps.logsumexp(S, axis=1) - S[rows, y]
+    elif method == "svm_ova":
+        R = 1.0 - ytilde_matrix(y, m) * S
+        if gamma == 0:
+            losses = np.maximum(R, 0.0).sum(axis=1)
+        else:
+            H = np.where(R <= 0, 0.0, np.where(R < gamma, R**2 / (2 * gamma), R - gamma / 2))
+            losses = H.sum(axis=1)
+    else:
+        losses = np.logaddexp(0.0, -ytilde_matrix(y, m) * S).sum(axis=1)
+    lam = 1.0 / (C * n)
+    return lam / 2 * float(np.sum(W * W)) + float(losses.mean())
+
+
+def smooth_max_hinge(z, gamma):
+    """max_{v >= 0, <1,v> <= 1} <z, v> - gamma/2 |v|^2 (TPAMI Prop. 2, k = 1), via sorting."""
+    pos = np.maximum(z, 0.0)
+    if pos.sum() <= gamma:
+        return pos @ pos / (2 * gamma)
+    u = np.sort(z)[::-1]
+    css = np.cumsum(u)
+    ks = np.arange(1, z.shape[0] + 1)
+    k = ks[u - (css - gamma) / ks > 0][-1]
+    t = (css[k - 1] - gamma) / k
+    p = np.maximum(z - t, 0.0)
+    return t + p @ p / (2 * gamma)
+
+
+def make_tiny(n, d, m, seed, *, zero_rows=(), sparse=False):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    X[rng.random(size=(n, d)) < 0.25] = 0.0
+    for i in zero_rows:
+        X[i] = 0.0
+    y = np.concatenate([np.arange(m), rng.integers(0, m, size=n - m)])
+    rng.shuffle(y)
+    return (sp.csr_matrix(X) if sparse else X), y.astype(np.int64)
+
+
+def dense(X):
+    return X.toarray() if sp.issparse(X) else np.asarray(X)
+
+
+# --- (a) cvxpy -------------------------------------------------------------------------------
+
+
+def cvxpy_primal(X, y, m, method, gamma, C):
+    """Solve min 1/2 ||W||^2 + C sum_i L(y_i, W^T x_i); return (P(W*) in the P scale, W*)."""
+    X = dense(X)
+    n, d = X.shape
+    W = cp.Variable((d, m))
+    S = X @ W
+    if method == "svm_multi":
+        terms = []
+        for c in range(m):
+            rows = np.flatnonzero(y == c)
+            if rows.size == 0:
+                continue
+            # margins z_j = 1 + s_j - s_c for j != c
+            M = np.zeros((m, m - 1))
+            for p, j in enumerate(j for j in range(m) if j != c):
+                M[j, p] = 1.0
+                M[c, p] = -1.0
+            Z = S[rows, :] @ M + 1.0
+            if gamma == 0:
+                terms.append(cp.sum(cp.pos(cp.max(Z, axis=1))))
+            else:
+                # Moreau envelope: L_gamma(z) = min_u max(0, max_j u_j) + |z - u|^2 / (2 gamma),
+                # whose conjugate is that of max(0, max u) (the simplex indicator) plus
+                # gamma/2 |v|^2 -- exactly TPAMI Prop. 2 with k = 1
+                U = cp.Variable((rows.size, m - 1))
+                terms.append(
+                    cp.sum(cp.pos(cp.max(U, axis=1))) + cp.sum_squares(Z - U) / (2 * gamma)
+                )
+        loss = cp.sum(cp.hstack(terms))
+    elif method == "lr_multi":
+        onehot = np.eye(m)[y]
+        loss = cp.sum(cp.log_sum_exp(S, axis=1)) - cp.sum(cp.multiply(onehot, S))
+    elif method == "svm_ova":
+        R = 1.0 - cp.multiply(ytilde_matrix(y, m), S)
+        if gamma == 0:
+            loss = cp.sum(cp.pos(R))
+        else:
+            # huber(r, g) = r^2 (|r| <= g), 2 g |r| - g^2 else; / (2 g) gives the smoothed hinge
+            loss = cp.sum(cp.huber(cp.pos(R), gamma)) / (2 * gamma)
+    else:
+        loss = cp.sum(cp.logistic(-cp.multiply(ytilde_matrix(y, m), S)))
+    problem = cp.Problem(cp.Minimize(0.5 * cp.sum_squares(W) + C * loss))
+    problem.solve(
+        solver=cp.CLARABEL,
+        tol_gap_abs=1e-11,
+        tol_gap_rel=1e-11,
+        tol_feas=1e-11,
+        max_iter=500,
+    )
+    assert problem.status == cp.OPTIMAL, problem.status
+    lam = 1.0 / (C * n)
+    return lam * problem.value, W.value
+
+
+CVXPY_CASES = [
+    # method, gamma, C, n, d, m, seed, zero_rows, sparse
+    ("svm_multi", 0.0, 1.0, 30, 3, 4, 1, (), False),
+    ("svm_multi", 0.0, 10.0, 24, 4, 3, 2, (0,), True),
+    ("svm_multi", 0.5, 1.0, 30, 3, 4, 3, (4,), False),
+    ("svm_multi", 0.5, 0.1, 40, 2, 5, 4, (), True),
+    ("lr_multi", 0.0, 1.0, 30, 3, 4, 5, (), False),
+    ("lr_multi", 0.0, 10.0, 24, 4, 3, 6, (2, 7), True),
+    ("svm_ova", 0.0, 1.0, 30, 3, 4, 7, (1,), False),
+    ("svm_ova", 0.0, 0.1, 40, 4, 5, 8, (), True),
+    ("svm_ova", 0.5, 1.0, 30, 3, 4, 9, (), False),
+    ("svm_ova", 0.5, 10.0, 20, 2, 3, 10, (3,), True),
+    ("lr_ova", 0.0, 1.0, 30, 3, 4, 11, (0,), False),
+    ("lr_ova", 0.0, 10.0, 24, 4, 3, 12, (), True),
+]
+
+
+@pytest.mark.parametrize("method,gamma,C,n,d,m,seed,zero_rows,sparse", CVXPY_CASES)
+def test_primal_matches_cvxpy(method, gamma, C, n, d, m, seed, zero_rows, sparse):
+    X, y = make_tiny(n, d, m, seed, zero_rows=zero_rows, sparse=sparse)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        model = topkbench.fit(X, y, method, C=C, gamma=gamma, eps=1e-9, max_epochs=200_000)
+    assert model.status == "converged"
+    assert -1e-14 <= model.relative_gap <= 1e-8
+    p_ref, W_ref = cvxpy_primal(X, y, m, method, gamma, C)
+    # same problem, same value; and weak duality against an independent primal point
+    assert model.primal == pytest.approx(p_ref, rel=1e-6)
+    assert model.primal == pytest.approx(primal_objective(X, y, model.W, method, gamma, C), rel=1e-12)
+    assert model.dual <= primal_objective(X, y, W_ref, method, gamma, C) * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("method,gamma", [("svm_multi", 0.0), ("svm_multi", 0.5), ("lr_multi", 0.0),
+                                          ("svm_ova", 0.0), ("svm_ova", 0.5), ("lr_ova", 0.0)])
+@pytest.mark.parametrize("sparse", [False, True])
+def test_gap_closes_with_zero_norm_rows(method, gamma, sparse):
+    """DESIGN §4.3: examples with x_i = 0 get the maximiser of -L*(-a/C) and the gap closes."""
+    X, y = make_tiny(20, 3, 4, 21, zero_rows=(0, 1, 2, 3, 9), sparse=sparse)
+    model = topkbench.fit(X, y, method, C=2.0, gamma=gamma, eps=1e-10, max_epochs=100_000)
+    assert model.status == "converged"
+    assert model.relative_gap <= 1e-10
+    assert np.all(np.isfinite(model.A))
+    # all-zero data: W = 0 and every block sits at the maximiser of -L*
+    Xz = np.zeros((6, 2))
+    yz = np.array([0, 1, 2, 0, 1, 2])
+    model = topkbench.fit(Xz, yz, method, C=1.0, gamma=gamma, eps=1e-12, max_epochs=5)
+    assert model.status == "converged"
+    assert np.all(model.W == 0.0)
+    P0 = primal_objective(Xz, yz, np.zeros((2, 3)), method, gamma, 1.0)
+    assert model.primal == pytest.approx(P0, rel=1e-15)
+    assert model.dual == pytest.approx(P0, rel=1e-13)
+
+
+def test_dense_and_csr_give_the_same_model():
+    X, y = make_tiny(30, 4, 4, 31, zero_rows=(3,))
+    for method, gamma in [("svm_multi", 0.5), ("lr_multi", 0.0), ("lr_ova", 0.0)]:
+        a = topkbench.fit(X, y, method, C=1.0, gamma=gamma, eps=1e-6, seed=5)
+        b = topkbench.fit(sp.csr_matrix(X), y, method, C=1.0, gamma=gamma, eps=1e-6, seed=5)
+        assert a.epochs == b.epochs
+        np.testing.assert_allclose(a.A, b.A, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(a.W, b.W, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("method", ["lr_multi", "lr_ova"])
+@pytest.mark.parametrize("C", [1e-4, 0.01, 1.0, 1000.0])
+@pytest.mark.parametrize("scale", [1.0, 7.0, 1000.0])
+def test_root_finding_never_reports_failure(method, C, scale):
+    """The softmax / logistic inner roots converge to rounding level for alpha = C |x|^2 from
+    ~1e-4 to ~1e9.  Two bugs showed here as root-finding ConvergenceWarnings: a Newton
+    step-size test stalling under rounding (C = 10, scale 1), and Newton on the logistic root
+    cycling between the ends of its bracket (scale 1000, C = 1)."""
+    X, y = make_tiny(20, 3, 4, 5, zero_rows=(1,))
+    X = X * scale
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = topkbench.fit(X, y, method, C=C, eps=1e-10, max_epochs=500, warn=False)
+    assert not [w for w in caught if issubclass(w.category, ConvergenceWarning)]
+    assert -1e-14 <= model.relative_gap < 1.0
+
+
+@pytest.mark.parametrize(
+    "g, ck, u0",
+    [
+        (-3.6947612213957557, 1883090.8329838736, -41.49173134778318),  # used to cycle
+        (-17.19617019622404, 24.497868589365908, 0.6526280548457558),  # used to stall
+        (-3.5244894412229804, 6648245.729899018, -33.64398677037407),
+        (5.0, 1e8, 0.0),
+        (-5.0, 1e-8, 3.0),
+        (0.0, 1.0, 0.0),
+        (40.0, 1e3, -40.0),
+    ],
+)
+def test_logistic_dual_root(g, ck, u0):
+    """Root of u + g + ck sigmoid(u) = 0 (the LR^OVA block update), against brentq."""
+    from topkbench.kernels.sdca import _logistic_dual_root
+
+    u, status = _logistic_dual_root(g, ck, u0)
+    assert status == 0
+    ref = brentq(lambda u: u + g + ck * sps.expit(u), -g - ck, -g, xtol=1e-300, rtol=8.9e-16)
+    assert sps.expit(u) == pytest.approx(sps.expit(ref), rel=1e-13, abs=1e-15)
+
+
+@pytest.mark.parametrize("gamma", [0.0, 1e-6])
+@pytest.mark.parametrize("C", [1e-3, 1.0])
+def test_dual_stays_feasible_for_tiny_feature_norms(gamma, C):
+    """With |x_i|^2 C tiny, b = (q + 1)/|x_i|^2 is huge and (b - t)_+ overshot the simplex by
+    up to 5e-5 relative, giving D > P (relative gap -2e-6 reported as "converged")."""
+    X, y = make_tiny(20, 3, 4, 5, zero_rows=(1,))
+    X = X * 1e-3
+    model = topkbench.fit(X, y, "svm_multi", C=C, gamma=gamma, eps=1e-12, max_epochs=30, warn=False)
+    assert min(p.relative_gap for p in model.trace) >= -1e-14
+    x = -model.A / C
+    for i in range(X.shape[0]):
+        xi = np.delete(x[i], y[i])
+        assert xi.min() >= 0.0 and xi.sum() <= 1.0 + 1e-15
+    assert model.dual <= primal_objective(X, y, model.W, "svm_multi", gamma, C) * (1 + 1e-15)
+
+
+# --- (b) liblinear / scikit-learn ------------------------------------------------------------
+
+
+def sklearn_problem(seed):
+    return make_tiny(60, 5, 4, seed)
+
+
+@pytest.mark.parametrize("C", [0.1, 1.0])
+def test_svm_multi_matches_liblinear_crammer_singer(C):
+    from sklearn.svm import LinearSVC
+
+    X, y = sklearn_problem(41)
+    clf = LinearSVC(
+        multi_class="crammer_singer", fit_intercept=False, C=C, tol=1e-10, max_iter=1_000_000
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf.fit(X, y)
+    W_sk = clf.coef_.T
+    model = topkbench.fit(X, y, "svm_multi", C=C, eps=1e-9, max_epochs=100_000)
+    p_sk = primal_objective(X, y, W_sk, "svm_multi", 0.0, C)
+    p_ours = primal_objective(X, y, model.W, "svm_multi", 0.0, C)
+    assert p_ours == pytest.approx(p_sk, rel=1e-7)
+    assert model.dual <= p_sk * (1 + 1e-12)  # liblinear's point is primal feasible
+
+
+@pytest.mark.parametrize("C", [0.1, 1.0])
+def test_svm_ova_matches_liblinear(C):
+    from sklearn.svm import LinearSVC
+
+    X, y = sklearn_problem(42)
+    clf = LinearSVC(
+        loss="hinge", dual=True, fit_intercept=False, C=C, tol=1e-10, max_iter=1_000_000
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf.fit(X, y)
+    W_sk = clf.coef_.T
+    model = topkbench.fit(X, y, "svm_ova", C=C, eps=1e-9, max_epochs=100_000)
+    p_sk = primal_objective(X, y, W_sk, "svm_ova", 0.0, C)
+    assert primal_objective(X, y, model.W, "svm_ova", 0.0, C) == pytest.approx(p_sk, rel=1e-7)
+    assert model.dual <= p_sk * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("C", [0.1, 1.0])
+def test_lr_multi_matches_sklearn_multinomial(C):
+    from sklearn.linear_model import LogisticRegression
+
+    X, y = sklearn_problem(43)
+    # lbfgs on > 2 classes is the multinomial (softmax) model; objective 1/2 |W|^2 + C sum loss
+    clf = LogisticRegression(C=C, fit_intercept=False, tol=1e-12, max_iter=100_000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf.fit(X, y)
+    W_sk = clf.coef_.T
+    assert W_sk.shape == (X.shape[1], 4)
+    model = topkbench.fit(X, y, "lr_multi", C=C, eps=1e-9, max_epochs=100_000)
+    p_sk = primal_objective(X, y, W_sk, "lr_multi", 0.0, C)
+    assert primal_objective(X, y, model.W, "lr_multi", 0.0, C) == pytest.approx(p_sk, rel=1e-7)
+    assert model.dual <= p_sk * (1 + 1e-12)
+    np.testing.assert_allclose(model.W, W_sk, atol=1e-3 * np.abs(W_sk).max())
+
+
+@pytest.mark.parametrize("C", [0.1, 1.0])
+def test_lr_ova_matches_sklearn_one_vs_rest(C):
+    from sklearn.linear_model import LogisticRegression
+
+    X, y = sklearn_problem(44)
+    m = 4
+    W_sk = np.empty((X.shape[1], m))
+    for c in range(m):
+        clf = LogisticRegression(C=C, fit_intercept=False, tol=1e-12, max_iter=100_000)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            clf.fit(X, (y == c).astype(int))
+        W_sk[:, c] = clf.coef_[0]
+    model = topkbench.fit(X, y, "lr_ova", C=C, eps=1e-9, max_epochs=100_000)
+    p_sk = primal_objective(X, y, W_sk, "lr_ova", 0.0, C)
+    assert primal_objective(X, y, model.W, "lr_ova", 0.0, C) == pytest.approx(p_sk, rel=1e-7)
+    assert model.dual <= p_sk * (1 + 1e-12)
+
+
+# --- (c) exact trajectory against a slow numpy SDCA -----------------------------------------
+
+
+def V_reference(u):
+    """W0(e^u) from scipy where e^u is finite, else Newton on v + log v = u."""
+    if u < 700.0:
+        return float(sps.lambertw(math.exp(u)).real)
+    v = u - math.log(u)
+    for _ in range(6):
+        v -= (v + math.log(v) - u) / (1.0 + 1.0 / v)
+    return v
+
+
+def simplex_face_threshold_sorted(b, s):
+    """tau with sum (b - tau)_+ = s (s > 0), by sorting."""
+    u = np.sort(b)[::-1]
+    css = np.cumsum(u)
+    ks = np.arange(1, b.shape[0] + 1)
+    support = ks[u - (css - s) / ks > 0]
+    k = support[-1] if support.size else 1  # s below rounding of max b: support {argmax}
+    return (css[k - 1] - s) / k
+
+
+def biased_simplex_by_line_search(b, rho, r):
+    """argmin_{x >= 0, <1,x> <= r} |x - b|^2 + rho <1,x>^2 as a 1-D problem in s = <1,x>.
+
+    For fixed s the minimiser is the face projection (b - tau(s))_+, and
+    phi(s) = |(b - tau(s))_+ - b|^2 + rho s^2 has phi'(s) = 2 (rho s - tau(s)), increasing
+    (tau decreases in s).  So s* = 0 if max b <= 0, s* = r if tau(r) >= rho r, else the root
+    of tau(s) = rho s (brentq).
+    """
+    if b.max() <= 0.0:
+        return np.zeros_like(b)
+    if simplex_face_threshold_sorted(b, r) >= rho * r:
+        s = r
+    else:
+
+        def g(s):
+            return simplex_face_threshold_sorted(b, s) - rho * s
+
+        s = brentq(g, 1e-300, r, xtol=1e-16 * r, rtol=8.9e-16, maxiter=500)
+    return np.maximum(b - simplex_face_threshold_sorted(b, s), 0.0)
+
+
+def softmax_block_by_s(b, alpha):
+    """argmin over the unit simplex of alpha/2 (|x|^2 + s^2) - <b,x> + <x,log x> + (1-s)log(1-s)
+    (TPAMI (11), k = 1), parametrised by s = <1,x> instead of eq. (14)'s t: stationarity gives
+    log x_j + alpha x_j = b_j - alpha s + log(1 - s), i.e.
+    alpha x_j = W0(alpha (1 - s) e^{b_j - alpha s}), and s solves sum_j x_j(s) = s."""
+    if alpha == 0.0:
+        e = np.exp(b - max(b.max(), 0.0))
+        return e / (np.exp(-max(b.max(), 0.0)) + e.sum())
+
+    def x_of(s):
+        return np.array(
+            [V_reference(math.log(alpha) + math.log1p(-s) + bj - alpha * s) for bj in b]
+        ) / alpha
+
+    s = brentq(lambda s: x_of(s).sum() - s, 0.0, np.nextafter(1.0, 0.0), xtol=1e-17, rtol=8.9e-16,
+               maxiter=500)
+    return x_of(s)
+
+
+def reference_block(method, y, s, a, K, C, gamma):
+    """New dual block a_i maximising D with the other blocks fixed (module doc of
+    topkbench/kernels/sdca.py for the scaling: a = -C v, v in dom L*)."""
+    m = s.shape[0]
+    q = s - K * a
+    out = np.empty(m)
+    others = [j for j in range(m) if j != y]
+    if method == "svm_multi":
+        den = K + gamma / C
+        if den == 0.0:
+            # zero-norm row, nonsmooth loss: every x with <1,x> = C maximises; the solver takes
+            # the uniform one
+            x = np.full(m - 1, C / (m - 1))
+        else:
+            b = (q[others] + 1.0 - q[y]) / den
+            x = biased_simplex_by_line_search(b, K / den, C)
+        out[others] = -x
+        out[y] = x.sum()
+    elif method == "lr_multi":
+        x = softmax_block_by_s(q[others] - q[y], C * K)
+        out[others] = -C * x
+        out[y] = C * x.sum()
+    elif method == "svm_ova":
+        yt = -np.ones(m)
+        yt[y] = 1.0
+        num = 1.0 - yt * q
+        den = gamma + C * K
+        beta = (num > 0).astype(float) if den == 0 else np.clip(num / den, 0.0, 1.0)
+        out[:] = C * beta * yt
+    else:
+        yt = -np.ones(m)
+        yt[y] = 1.0
+        ck = C * K
+        for c in range(m):
+            g = yt[c] * q[c]
+            if ck == 0.0:
+                u = -g
+            else:
+                u = brentq(lambda u: u + g + ck * sps.expit(u), -g - ck, -g,
+                           xtol=1e-300, rtol=8.9e-16, maxiter=500)
+            out[c] = C * sps.expit(u) * yt[c]
+    return out
+
+
+def numpy_sdca(X, y, m, method, C, gamma, seed, epochs):
+    Xd = dense(X)
+    n, d = Xd.shape
+    A = np.zeros((n, m))
+    W = np.zeros((d, m))
+    rng = np.random.default_rng(seed)
+    sq = np.einsum("ij,ij->i", Xd, Xd)
+    for _ in range(epochs):
+        for i in rng.permutation(n):
+            s = Xd[i] @ W
+            new = reference_block(method, y[i], s, A[i], sq[i], C, gamma)
+            W += np.outer(Xd[i], new - A[i])
+            A[i] = new
+        W = Xd.T @ A
+    return A, W
+
+
+TRAJECTORY_CASES = [
+    # method, gamma, C, sparse, feature scale
+    ("svm_multi", 0.0, 1.0, False, 1.0),
+    ("svm_multi", 0.0, 5.0, True, 1.0),
+    ("svm_multi", 0.5, 1.0, False, 1.0),
+    ("svm_multi", 0.5, 0.2, True, 1.0),
+    ("svm_multi", 0.5, 1.0, False, 300.0),
+    ("lr_multi", 0.0, 1.0, False, 1.0),
+    ("lr_multi", 0.0, 20.0, True, 1.0),
+    ("lr_multi", 0.0, 10.0, False, 300.0),
+    ("svm_ova", 0.0, 1.0, True, 1.0),
+    ("svm_ova", 0.5, 3.0, False, 1.0),
+    ("lr_ova", 0.0, 1.0, False, 1.0),
+    ("lr_ova", 0.0, 20.0, True, 1.0),
+    # alpha = C |x|^2 ~ 1e6: plain Newton on the logistic root used to cycle here
+    ("lr_ova", 0.0, 10.0, False, 300.0),
+]
+
+
+@pytest.mark.parametrize("method,gamma,C,sparse,scale", TRAJECTORY_CASES)
+def test_exact_trajectory_against_numpy_sdca(method, gamma, C, sparse, scale):
+    m, seed = 4, 17
+    X, y = make_tiny(25, 3, m, 50, zero_rows=(6,), sparse=sparse)
+    X = X * scale
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)  # no root-finding failures
+        res = solve_sdca(
+            X,
+            y,
+            n_classes=m,
+            loss_id=get_method(method).loss_id,
+            C=C,
+            gamma=gamma,
+            eps=1e-300,
+            max_epochs=3,
+            seed=seed,
+            warn=False,
+        )
+    assert res.epochs == 3 and res.status == "max_epochs"
+    A_ref, W_ref = numpy_sdca(X, y, m, method, C, gamma, seed, epochs=3)
+    np.testing.assert_allclose(res.A, A_ref, rtol=0, atol=1e-10 * C)
+    np.testing.assert_allclose(res.W, W_ref, rtol=0, atol=1e-10 * max(1.0, np.abs(W_ref).max()))
+    # the trajectory is not trivial: blocks moved off their starting values
+    assert np.abs(A_ref).max() > 0.05 * C
