@@ -153,8 +153,12 @@ def test_accepts_integer_valued_float_labels():
 
 @pytest.mark.parametrize(
     "labels, n_classes, match",
-    [([0, 1, 0], None, "got 3 labels for 4 rows"), ([0, 0, 0, 0], None, "at least 2 classes"),
-     ([0, 1, 5, 1], 3, "outside"), ([[0, 1], [1, 0]], None, "1-D")],
+    [
+        ([0, 1, 0], None, "got 3 labels for 4 rows"),
+        ([0, 0, 0, 0], None, "at least 2 classes"),
+        ([0, 1, 5, 1], 3, "outside"),
+        ([[0, 1], [1, 0]], None, "1-D"),
+    ],
 )
 def test_rejects_inconsistent_labels(labels, n_classes, match):
     with pytest.raises(InputError, match=match):
@@ -209,7 +213,9 @@ def test_converged_status_and_certificate(data, method):
     trace = model.trace
     assert trace[0].epoch == 0 and trace[-1].epoch == model.epochs
     assert trace[-1].primal == model.primal and trace[-1].dual == model.dual
-    assert all(p.dual <= q.dual + 1e-12 for p, q in zip(trace, trace[1:]))  # SDCA ascends D
+    assert all(
+        p.dual <= q.dual + 1e-12 for p, q in zip(trace[:-1], trace[1:], strict=True)
+    )  # D ascends
     assert all(p.dual <= p.primal + 1e-12 for p in trace)  # weak duality
     np.testing.assert_allclose(model.decision_function(X), X @ model.W, rtol=1e-12)
 
@@ -228,8 +234,10 @@ def test_zero_epochs_returns_the_starting_point(data):
     assert model.primal == pytest.approx(np.log(4.0), rel=1e-15)  # L(0) = log m
 
 
-@pytest.mark.parametrize("method,gamma", [("svm_multi", 0.0), ("svm_multi", 1.0), ("lr_multi", 0.0),
-                                          ("svm_ova", 0.0), ("lr_ova", 0.0)])
+@pytest.mark.parametrize(
+    "method,gamma",
+    [("svm_multi", 0.0), ("svm_multi", 1.0), ("lr_multi", 0.0), ("svm_ova", 0.0), ("lr_ova", 0.0)],
+)
 def test_warm_start_reaches_the_same_optimum(data, method, gamma):
     X, y = data
     cold = topkbench.fit(X, y, method, C=2.0, gamma=gamma, eps=1e-10, max_epochs=100_000)
@@ -242,9 +250,7 @@ def test_warm_start_reaches_the_same_optimum(data, method, gamma):
     # the rescaled dual of the previous C is feasible: D of the first trace point is finite
     assert np.isfinite(warm.trace[0].dual)
     # warm start from the tuple form, and from the solution itself (already optimal)
-    again = topkbench.fit(
-        X, y, method, C=2.0, gamma=gamma, eps=1e-9, warm_start=(2.0, cold.A)
-    )
+    again = topkbench.fit(X, y, method, C=2.0, gamma=gamma, eps=1e-9, warm_start=(2.0, cold.A))
     assert again.epochs <= 1
     assert again.primal == pytest.approx(cold.primal, rel=1e-9)
 

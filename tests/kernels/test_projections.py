@@ -134,7 +134,9 @@ def multiscale_vectors(draw, max_size=12):
     return b
 
 
-rhos = st.one_of(st.just(0.0), st.floats(0.0, 1.0), st.floats(1.0, 1e3), st.sampled_from([1e-6, 1e6]))
+rhos = st.one_of(
+    st.just(0.0), st.floats(0.0, 1.0), st.floats(1.0, 1e3), st.sampled_from([1e-6, 1e6])
+)
 radii = st.one_of(st.floats(1e-3, 10.0), st.sampled_from([1e-6, 1.0, 1e6]))
 
 
@@ -197,6 +199,18 @@ def test_biased_matches_cvxpy(b, rho, r):
     # and 2-strongly convex, so x is determined to ~sqrt(solver tolerance)
     assert val == pytest.approx(val_ref, rel=1e-7, abs=1e-9)
     np.testing.assert_allclose(x, x_ref, atol=1e-5)
+
+
+@settings(max_examples=30)
+@given(vectors(max_size=8, lo=-3.0, hi=3.0), st.floats(0.05, 3.0))
+def test_face_matches_cvxpy(b, r):
+    _, x, _ = face_projection(b, r)
+    z = cp.Variable(b.shape[0])
+    problem = cp.Problem(cp.Minimize(cp.sum_squares(z - b)), [z >= 0, cp.sum(z) == r])
+    problem.solve(solver=cp.CLARABEL, tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12)
+    assert problem.status == cp.OPTIMAL
+    assert float(np.sum((x - b) ** 2)) == pytest.approx(problem.value, rel=1e-7, abs=1e-9)
+    np.testing.assert_allclose(x, z.value, atol=1e-5)
 
 
 # --- feasibility, idempotence, equivariance, reductions ----------------------------------------

@@ -53,7 +53,9 @@ LOSS_CASES = [
     (LOSS_SVM_OVA, 2.0),
     (LOSS_LR_OVA, 0.0),
 ]
-SMOOTH_CASES = [(loss, g) for loss, g in LOSS_CASES if g > 0 or loss in (LOSS_LR_MULTI, LOSS_LR_OVA)]
+SMOOTH_CASES = [
+    (loss, g) for loss, g in LOSS_CASES if g > 0 or loss in (LOSS_LR_MULTI, LOSS_LR_OVA)
+]
 
 
 def L(loss, y, s, gamma):
@@ -290,9 +292,7 @@ def test_smoothing_sandwich_and_limit(loss, data):
 def per_example_fenchel_young(model, X, y, loss, gamma, C):
     S = np.asarray(X @ model.W)
     V = -model.A / C
-    return np.array(
-        [fenchel_young(loss, y[i], S[i], V[i], gamma) for i in range(X.shape[0])]
-    )
+    return np.array([fenchel_young(loss, y[i], S[i], V[i], gamma) for i in range(X.shape[0])])
 
 
 def assert_in_domain(loss, y, V):
@@ -307,8 +307,17 @@ def assert_in_domain(loss, y, V):
             assert np.all((beta >= -1e-15) & (beta <= 1 + 1e-15))
 
 
-@pytest.mark.parametrize("method,gamma", [("svm_multi", 0.0), ("svm_multi", 0.5), ("lr_multi", 0.0),
-                                          ("svm_ova", 0.0), ("svm_ova", 0.5), ("lr_ova", 0.0)])
+@pytest.mark.parametrize(
+    "method,gamma",
+    [
+        ("svm_multi", 0.0),
+        ("svm_multi", 0.5),
+        ("lr_multi", 0.0),
+        ("svm_ova", 0.0),
+        ("svm_ova", 0.5),
+        ("lr_ova", 0.0),
+    ],
+)
 def test_gap_is_mean_fenchel_young_gap(problem_factory, method, gamma):
     """P - D = 1/n sum_i FY_i for any dual iterate (here after 2 epochs): the pairing of
     neg_conjugate_value with loss_value is the one stated in the module docstring."""
@@ -323,8 +332,17 @@ def test_gap_is_mean_fenchel_young_gap(problem_factory, method, gamma):
     assert model.primal - model.dual == pytest.approx(fy.mean(), rel=1e-9, abs=1e-14)
 
 
-@pytest.mark.parametrize("method,gamma", [("svm_multi", 0.0), ("svm_multi", 0.5), ("lr_multi", 0.0),
-                                          ("svm_ova", 0.0), ("svm_ova", 0.5), ("lr_ova", 0.0)])
+@pytest.mark.parametrize(
+    "method,gamma",
+    [
+        ("svm_multi", 0.0),
+        ("svm_multi", 0.5),
+        ("lr_multi", 0.0),
+        ("svm_ova", 0.0),
+        ("svm_ova", 0.5),
+        ("lr_ova", 0.0),
+    ],
+)
 @pytest.mark.parametrize("C", [0.1, 3.0])
 def test_fenchel_young_equality_at_the_optimum(problem_factory, method, gamma, C):
     X, y = problem_factory(n=30, d=3, m=4, seed=11, zero_rows=(0,))

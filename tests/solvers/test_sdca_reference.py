@@ -19,6 +19,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import scipy.special as sps
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy.optimize import brentq
 
 import topkbench
@@ -94,7 +96,7 @@ def dense(X):
 # --- (a) cvxpy -------------------------------------------------------------------------------
 
 
-def cvxpy_primal(X, y, m, method, gamma, C):
+def cvxpy_primal(X, y, m, method, gamma, C, *, allow_inaccurate=False):
     """Solve min 1/2 ||W||^2 + C sum_i L(y_i, W^T x_i); return (P(W*) in the P scale, W*)."""
     X = dense(X)
     n, d = X.shape
@@ -143,7 +145,10 @@ def cvxpy_primal(X, y, m, method, gamma, C):
         tol_feas=1e-11,
         max_iter=500,
     )
-    assert problem.status == cp.OPTIMAL, problem.status
+    accepted = (cp.OPTIMAL, cp.OPTIMAL_INACCURATE) if allow_inaccurate else (cp.OPTIMAL,)
+    assert problem.status in accepted, problem.status
+    if problem.status != cp.OPTIMAL:
+        return None, W.value
     lam = 1.0 / (C * n)
     return lam * problem.value, W.value
 
@@ -176,12 +181,58 @@ def test_primal_matches_cvxpy(method, gamma, C, n, d, m, seed, zero_rows, sparse
     p_ref, W_ref = cvxpy_primal(X, y, m, method, gamma, C)
     # same problem, same value; and weak duality against an independent primal point
     assert model.primal == pytest.approx(p_ref, rel=1e-6)
-    assert model.primal == pytest.approx(primal_objective(X, y, model.W, method, gamma, C), rel=1e-12)
+    assert model.primal == pytest.approx(
+        primal_objective(X, y, model.W, method, gamma, C), rel=1e-12
+    )
     assert model.dual <= primal_objective(X, y, W_ref, method, gamma, C) * (1 + 1e-12)
 
 
-@pytest.mark.parametrize("method,gamma", [("svm_multi", 0.0), ("svm_multi", 0.5), ("lr_multi", 0.0),
-                                          ("svm_ova", 0.0), ("svm_ova", 0.5), ("lr_ova", 0.0)])
+@settings(max_examples=60, derandomize=True)
+@given(
+    method=st.sampled_from(["svm_multi", "lr_multi", "svm_ova", "lr_ova"]),
+    smooth=st.booleans(),
+    gamma=st.floats(0.1, 2.0),
+    log_C=st.floats(-2.0, 2.0),
+    n=st.integers(4, 15),
+    d=st.integers(1, 4),
+    m=st.integers(2, 5),
+    seed=st.integers(0, 2**16),
+    n_zero=st.integers(0, 2),
+    sparse=st.booleans(),
+)
+def test_random_tiny_problems_match_cvxpy(
+    method, smooth, gamma, log_C, n, d, m, seed, n_zero, sparse
+):
+    if method in ("lr_multi", "lr_ova") or not smooth:
+        gamma = 0.0
+    m = min(m, n)
+    C = 10.0**log_C
+    X, y = make_tiny(n, d, m, seed, zero_rows=tuple(range(n_zero)), sparse=sparse)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        model = topkbench.fit(X, y, method, C=C, gamma=gamma, eps=1e-9, max_epochs=500_000)
+    p_ref, W_ref = cvxpy_primal(X, y, m, method, gamma, C, allow_inaccurate=True)
+    if p_ref is not None:
+        assert model.primal == pytest.approx(p_ref, rel=1e-6)
+    else:
+        # CLARABEL gave up short of its tolerance (seen on separable LR problems): its W is
+        # still a primal point, so it can only be worse than ours, and bounds our dual
+        p_cvx = primal_objective(X, y, W_ref, method, gamma, C)
+        assert model.primal <= p_cvx * (1 + 1e-9)
+        assert model.dual <= p_cvx * (1 + 1e-12)
+
+
+@pytest.mark.parametrize(
+    "method,gamma",
+    [
+        ("svm_multi", 0.0),
+        ("svm_multi", 0.5),
+        ("lr_multi", 0.0),
+        ("svm_ova", 0.0),
+        ("svm_ova", 0.5),
+        ("lr_ova", 0.0),
+    ],
+)
 @pytest.mark.parametrize("sparse", [False, True])
 def test_gap_closes_with_zero_norm_rows(method, gamma, sparse):
     """DESIGN §4.3: examples with x_i = 0 get the maximiser of -L*(-a/C) and the gap closes."""
@@ -226,28 +277,6 @@ def test_root_finding_never_reports_failure(method, C, scale):
         model = topkbench.fit(X, y, method, C=C, eps=1e-10, max_epochs=500, warn=False)
     assert not [w for w in caught if issubclass(w.category, ConvergenceWarning)]
     assert -1e-14 <= model.relative_gap < 1.0
-
-
-@pytest.mark.parametrize(
-    "g, ck, u0",
-    [
-        (-3.6947612213957557, 1883090.8329838736, -41.49173134778318),  # used to cycle
-        (-17.19617019622404, 24.497868589365908, 0.6526280548457558),  # used to stall
-        (-3.5244894412229804, 6648245.729899018, -33.64398677037407),
-        (5.0, 1e8, 0.0),
-        (-5.0, 1e-8, 3.0),
-        (0.0, 1.0, 0.0),
-        (40.0, 1e3, -40.0),
-    ],
-)
-def test_logistic_dual_root(g, ck, u0):
-    """Root of u + g + ck sigmoid(u) = 0 (the LR^OVA block update), against brentq."""
-    from topkbench.kernels.sdca import _logistic_dual_root
-
-    u, status = _logistic_dual_root(g, ck, u0)
-    assert status == 0
-    ref = brentq(lambda u: u + g + ck * sps.expit(u), -g - ck, -g, xtol=1e-300, rtol=8.9e-16)
-    assert sps.expit(u) == pytest.approx(sps.expit(ref), rel=1e-13, abs=1e-15)
 
 
 @pytest.mark.parametrize("gamma", [0.0, 1e-6])
@@ -402,12 +431,19 @@ def softmax_block_by_s(b, alpha):
         return e / (np.exp(-max(b.max(), 0.0)) + e.sum())
 
     def x_of(s):
-        return np.array(
-            [V_reference(math.log(alpha) + math.log1p(-s) + bj - alpha * s) for bj in b]
-        ) / alpha
+        return (
+            np.array([V_reference(math.log(alpha) + math.log1p(-s) + bj - alpha * s) for bj in b])
+            / alpha
+        )
 
-    s = brentq(lambda s: x_of(s).sum() - s, 0.0, np.nextafter(1.0, 0.0), xtol=1e-17, rtol=8.9e-16,
-               maxiter=500)
+    s = brentq(
+        lambda s: x_of(s).sum() - s,
+        0.0,
+        np.nextafter(1.0, 0.0),
+        xtol=1e-17,
+        rtol=8.9e-16,
+        maxiter=500,
+    )
     return x_of(s)
 
 
@@ -449,8 +485,14 @@ def reference_block(method, y, s, a, K, C, gamma):
             if ck == 0.0:
                 u = -g
             else:
-                u = brentq(lambda u: u + g + ck * sps.expit(u), -g - ck, -g,
-                           xtol=1e-300, rtol=8.9e-16, maxiter=500)
+                u = brentq(
+                    lambda u, g=g: u + g + ck * sps.expit(u),
+                    -g - ck,
+                    -g,
+                    xtol=1e-300,
+                    rtol=8.9e-16,
+                    maxiter=500,
+                )
             out[c] = C * sps.expit(u) * yt[c]
     return out
 
@@ -516,3 +558,28 @@ def test_exact_trajectory_against_numpy_sdca(method, gamma, C, sparse, scale):
     np.testing.assert_allclose(res.W, W_ref, rtol=0, atol=1e-10 * max(1.0, np.abs(W_ref).max()))
     # the trajectory is not trivial: blocks moved off their starting values
     assert np.abs(A_ref).max() > 0.05 * C
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_eval_every_does_not_change_the_trajectory(sparse):
+    """Permutations are drawn one per epoch in order whatever the evaluation period."""
+    X, y = make_tiny(25, 3, 4, 50, zero_rows=(6,), sparse=sparse)
+    runs = [
+        solve_sdca(
+            X,
+            y,
+            n_classes=4,
+            loss_id=get_method("lr_multi").loss_id,
+            C=2.0,
+            eps=1e-300,
+            max_epochs=6,
+            eval_every=every,
+            seed=3,
+            warn=False,
+        )
+        for every in (1, 4, 6)
+    ]
+    assert [[p.epoch for p in r.trace] for r in runs] == [[0, 1, 2, 3, 4, 5, 6], [0, 4, 6], [0, 6]]
+    for r in runs[1:]:
+        np.testing.assert_allclose(r.A, runs[0].A, rtol=0, atol=1e-13)
+        assert r.primal == pytest.approx(runs[0].primal, rel=1e-13)

@@ -1,0 +1,130 @@
+"""Inner root finding of the SDCA block updates (TPAMI 002 eq. (14), Props. 15-16 with k = 1;
+LR^OVA's logistic dual root), over wide ranges of alpha = C |x|^2 and b (DESIGN §4.2)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import scipy.special as sps
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+from scipy.optimize import brentq
+
+from topkbench.kernels.sdca import STATUS_OK, _entropic_root, _logistic_dual_root
+
+
+def V_reference(u):
+    if u < 700.0:
+        return float(sps.lambertw(math.exp(u)).real)
+    v = u - math.log(u)
+    for _ in range(6):
+        v -= (v + math.log(v) - u) / (1.0 + 1.0 / v)
+    return v
+
+
+def softmax_prox_reference(b, alpha):
+    """argmin_{x in unit simplex} alpha/2 (|x|^2 + s^2) - <b,x> + <x, log x> + (1-s) log(1-s),
+    s = <1,x> (TPAMI (11), k = 1), solved in l = log(1 - s) rather than eq. (14)'s t:
+    stationarity is log x_j + alpha x_j = b_j - alpha s + l, so
+    alpha x_j = V(log alpha + l + b_j - alpha s), and l solves sum_j x_j = 1 - e^l
+    (increasing minus decreasing in l: one root in (-inf, 0))."""
+
+    def residual(ell):
+        s = -math.expm1(ell)
+        x = np.array([V_reference(math.log(alpha) + ell + bj - alpha * s) for bj in b]) / alpha
+        return x, x.sum() + math.expm1(ell)
+
+    lo = -1.0
+    while residual(lo)[1] > 0.0:
+        lo *= 2.0
+    ell = brentq(lambda e: residual(e)[1], lo, 0.0, xtol=1e-300, rtol=8.9e-16, maxiter=1000)
+    return residual(ell)[0]
+
+
+def kernel_prox(b, alpha):
+    b = np.ascontiguousarray(b, dtype=np.float64)
+    vals = np.empty_like(b)
+    t, status = _entropic_root(b, float(alpha), vals, math.nan)
+    return t, status, vals / alpha
+
+
+@settings(max_examples=150)
+@given(
+    b=hnp.arrays(np.float64, st.integers(1, 6), elements=st.floats(-50.0, 50.0)),
+    log_alpha=st.floats(-6.0, 8.0),
+)
+def test_entropic_root_solves_the_prox(b, log_alpha):
+    alpha = 10.0**log_alpha
+    t, status, x = kernel_prox(b, alpha)
+    assert status == STATUS_OK
+    # eq. (14) at the returned t: V(alpha - t) + sum_j V(b_j - t) = alpha
+    h = V_reference(alpha - t) + sum(V_reference(bj - t) for bj in b) - alpha
+    assert abs(h) <= 1e-12 * alpha * (len(b) + 1) + 1e-300
+    x_ref = softmax_prox_reference(b, alpha)
+    np.testing.assert_allclose(x, x_ref, rtol=1e-10, atol=1e-13)
+    assert np.all(x >= 0.0) and x.sum() <= 1.0 + 1e-14
+
+
+@pytest.mark.parametrize("alpha", [1e-8, 1e-3, 1.0, 1e3, 1e8])
+@pytest.mark.parametrize("bscale", [1e-3, 1.0, 1e2, 1e3])
+def test_entropic_root_extreme_inputs(alpha, bscale):
+    rng = np.random.default_rng(int(alpha * 7 + bscale))
+    for _ in range(5):
+        b = bscale * rng.normal(size=rng.integers(1, 8))
+        t, status, x = kernel_prox(b, alpha)
+        assert status == STATUS_OK
+        assert np.all(np.isfinite(x)) and np.all(x >= 0.0) and x.sum() <= 1.0 + 1e-14
+        # stationarity of (11), written without 1 - s where s rounds to 1: the
+        # differences (log x_j + alpha x_j - b_j) are equal for all j in the support
+        pos = x > 1e-300
+        if pos.sum() > 1:
+            r = np.log(x[pos]) + alpha * x[pos] - b[pos]
+            assert np.ptp(r) <= 1e-12 * (1.0 + np.abs(b).max() + alpha)
+        if bscale <= 100:
+            np.testing.assert_allclose(x, softmax_prox_reference(b, alpha), rtol=1e-9, atol=1e-13)
+
+
+@pytest.mark.parametrize(
+    "g, ck, u0",
+    [
+        (-3.6947612213957557, 1883090.8329838736, -41.49173134778318),  # Newton used to cycle
+        (-17.19617019622404, 24.497868589365908, 0.6526280548457558),  # step test used to stall
+        (-3.5244894412229804, 6648245.729899018, -33.64398677037407),
+        (5.0, 1e8, 0.0),
+        (-5.0, 1e-8, 3.0),
+        (0.0, 1.0, 0.0),
+        (40.0, 1e3, -40.0),
+    ],
+)
+def test_logistic_dual_root_cases(g, ck, u0):
+    u, status = _logistic_dual_root(g, ck, u0)
+    assert status == STATUS_OK
+    ref = brentq(lambda u: u + g + ck * sps.expit(u), -g - ck, -g, xtol=1e-300, rtol=8.9e-16)
+    assert sps.expit(u) == pytest.approx(sps.expit(ref), rel=1e-13, abs=1e-15)
+
+
+@settings(max_examples=300)
+@given(
+    g=st.floats(-1e3, 1e3),
+    log_ck=st.floats(-8.0, 9.0),
+    u0=st.one_of(st.just(0.0), st.floats(-100.0, 100.0)),
+)
+def test_logistic_dual_root(g, log_ck, u0):
+    """Root of u + g + ck sigmoid(u) = 0, i.e. beta = sigmoid(u) maximises the LR^OVA block,
+    from any warm start u0."""
+    ck = 10.0**log_ck
+    u, status = _logistic_dual_root(g, ck, u0)
+    assert status == STATUS_OK
+
+    def f(u):
+        return u + g + ck * sps.expit(u)
+
+    lo, hi = -g - ck, -g
+    if f(lo) < 0.0 < f(hi):
+        ref = brentq(f, lo, hi, xtol=1e-300, rtol=8.9e-16)
+    else:
+        ref = lo if f(lo) >= 0.0 else hi
+    assert sps.expit(u) == pytest.approx(sps.expit(ref), rel=1e-12, abs=1e-15)
