@@ -15,7 +15,7 @@ test:
 	$(BIN)/python -m pytest -m "not slow" -q
 
 test-full:
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -m "slow or not slow" -q
 
 lint:
 	$(BIN)/ruff check topkbench tests scripts
