@@ -11,18 +11,10 @@ import scipy.special as sps
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+from reference import V_reference
 from scipy.optimize import brentq
 
 from topkbench.kernels.sdca import STATUS_OK, _entropic_root, _logistic_dual_root
-
-
-def V_reference(u):
-    if u < 700.0:
-        return float(sps.lambertw(math.exp(u)).real)
-    v = u - math.log(u)
-    for _ in range(6):
-        v -= (v + math.log(v) - u) / (1.0 + 1.0 / v)
-    return v
 
 
 def softmax_prox_reference(b, alpha):

@@ -24,6 +24,7 @@ import scipy.special as sps
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+from reference import SDCA_METHODS
 
 import topkbench
 from topkbench.kernels.sdca import (
@@ -307,17 +308,7 @@ def assert_in_domain(loss, y, V):
             assert np.all((beta >= -1e-15) & (beta <= 1 + 1e-15))
 
 
-@pytest.mark.parametrize(
-    "method,gamma",
-    [
-        ("svm_multi", 0.0),
-        ("svm_multi", 0.5),
-        ("lr_multi", 0.0),
-        ("svm_ova", 0.0),
-        ("svm_ova", 0.5),
-        ("lr_ova", 0.0),
-    ],
-)
+@pytest.mark.parametrize("method,gamma", SDCA_METHODS)
 def test_gap_is_mean_fenchel_young_gap(problem_factory, method, gamma):
     """P - D = 1/n sum_i FY_i for any dual iterate (here after 2 epochs): the pairing of
     neg_conjugate_value with loss_value is the one stated in the module docstring."""
@@ -332,17 +323,7 @@ def test_gap_is_mean_fenchel_young_gap(problem_factory, method, gamma):
     assert model.primal - model.dual == pytest.approx(fy.mean(), rel=1e-9, abs=1e-14)
 
 
-@pytest.mark.parametrize(
-    "method,gamma",
-    [
-        ("svm_multi", 0.0),
-        ("svm_multi", 0.5),
-        ("lr_multi", 0.0),
-        ("svm_ova", 0.0),
-        ("svm_ova", 0.5),
-        ("lr_ova", 0.0),
-    ],
-)
+@pytest.mark.parametrize("method,gamma", SDCA_METHODS)
 @pytest.mark.parametrize("C", [0.1, 3.0])
 def test_fenchel_young_equality_at_the_optimum(problem_factory, method, gamma, C):
     X, y = problem_factory(n=30, d=3, m=4, seed=11, zero_rows=(0,))

@@ -21,6 +21,7 @@ import scipy.sparse as sp
 import scipy.special as sps
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from reference import SDCA_METHODS, V_reference
 from scipy.optimize import brentq
 
 import topkbench
@@ -222,17 +223,7 @@ def test_random_tiny_problems_match_cvxpy(
         assert model.dual <= p_cvx * (1 + 1e-12)
 
 
-@pytest.mark.parametrize(
-    "method,gamma",
-    [
-        ("svm_multi", 0.0),
-        ("svm_multi", 0.5),
-        ("lr_multi", 0.0),
-        ("svm_ova", 0.0),
-        ("svm_ova", 0.5),
-        ("lr_ova", 0.0),
-    ],
-)
+@pytest.mark.parametrize("method,gamma", SDCA_METHODS)
 @pytest.mark.parametrize("sparse", [False, True])
 def test_gap_closes_with_zero_norm_rows(method, gamma, sparse):
     """DESIGN §4.3: examples with x_i = 0 get the maximiser of -L*(-a/C) and the gap closes."""
@@ -380,14 +371,6 @@ def test_lr_ova_matches_sklearn_one_vs_rest(C):
 # --- (c) exact trajectory against a slow numpy SDCA -----------------------------------------
 
 
-def V_reference(u):
-    """W0(e^u) from scipy where e^u is finite, else Newton on v + log v = u."""
-    if u < 700.0:
-        return float(sps.lambertw(math.exp(u)).real)
-    v = u - math.log(u)
-    for _ in range(6):
-        v -= (v + math.log(v) - u) / (1.0 + 1.0 / v)
-    return v
 
 
 def simplex_face_threshold_sorted(b, s):
