@@ -5,7 +5,7 @@ The core never sees a ``DictConfig`` (STYLE.md); this module is the boundary.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -99,7 +99,6 @@ class ExperimentConfig:
     published: str | None = None
     results_dir: str = "results"
     n_jobs: int = 1
-    extra: tuple[tuple[str, Any], ...] = field(default=())
 
     @classmethod
     def from_dict(cls, root: dict[str, Any]) -> ExperimentConfig:

@@ -14,7 +14,7 @@ import logging
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -184,6 +184,3 @@ def run_sweep(
             on_path_done(s)
     return results
 
-
-def summary_dict(s: PathSummary) -> dict[str, Any]:
-    return asdict(s)

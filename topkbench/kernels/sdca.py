@@ -176,7 +176,7 @@ def _logistic_dual_root(g, ck, u0):
         if u <= u0 <= hi and u0 + g + ck * _sigmoid(u0) <= 0.0:
             u = u0
     for _it in range(_NEWTON_MAX_ITER):
-        sig = 1.0 / (1.0 + math.exp(-u)) if u >= 0 else math.exp(u) / (1.0 + math.exp(u))
+        sig = _sigmoid(u)
         f = u + g + ck * sig
         # f is known only to ~eps (|u| + |g| + ck); a step-size test alone can stall with
         # Newton alternating between two floats (e.g. g = -17.196..., ck = 24.49...)
