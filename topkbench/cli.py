@@ -192,23 +192,17 @@ def train(
 
 @app.command(help="List the training methods (generated from the registry).")
 def methods() -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     from topkbench.losses.registry import METHODS
 
-    t = Table("name", "paper", "params", "task", "solver", "loss", "reference", show_lines=True)
     for s in METHODS.values():
-        t.add_row(
-            s.name + (f"\n({', '.join(s.aliases)})" if s.aliases else ""),
-            s.paper_name,
-            ", ".join(("C",) + s.params),
-            s.task,
-            s.solver,
-            s.objective,
-            s.reference,
+        aliases = f"  (aliases: {', '.join(s.aliases)})" if s.aliases else ""
+        typer.echo(f"{s.name}{aliases}")
+        typer.echo(f"    {s.paper_name}")
+        typer.echo(
+            f"    params: {', '.join(('C',) + s.params)}   task: {s.task}   solver: {s.solver}"
         )
-    Console().print(t)
+        typer.echo(f"    loss: {s.objective}")
+        typer.echo(f"    reference: {s.reference}")
 
 
 @app.command(

@@ -62,7 +62,9 @@ SMOOTH_CASES = [
 def L(loss, y, s, gamma):
     s = np.ascontiguousarray(s, dtype=np.float64)
     m = s.shape[0]
-    return loss_value(loss, int(y), s, float(gamma), 1, np.empty(m), np.empty(m, dtype=np.int64))
+    return loss_value(
+        loss, int(y), s, float(gamma), 1, np.empty(m), np.empty(m), np.empty(m, dtype=np.int64)
+    )
 
 
 def L_star(loss, y, v, gamma, C=1.0):

@@ -27,6 +27,12 @@ Block updates (exact maximization of D over ``a_i``, all other blocks fixed), wi
   the root by ``B - alpha - log(alpha) <= t <= B - alpha/m - log(alpha/m)`` with
   ``B = max(alpha, max_j b_j)`` (each of the m terms is at most alpha at the root, and the
   largest is at least alpha/m) and safeguard with bisection.
+* Top-k hinges alpha (printed, D_k), alpha pseudo (Delta_k^alpha), beta (Delta_k^beta), all
+  with gamma >= 0: Prop. 14 verbatim with the simplex replaced by the loss's conjugate domain
+  (DESIGN §4.1), i.e. the same ``b`` and ``rho`` and the biased projections of
+  :mod:`topkbench.kernels.topk` with radius C.
+* Top-k Ent (and LR^Multi = top-1 Ent): Props. 15-16 with ``alpha = C K``, ``b = q^{\\y} -
+  q_y``, solved by :func:`topkbench.kernels.topk_entropy.topk_ent_prox`.
 * SVM^OVA_gamma: ``beta = clip((1 - ytilde g) / (gamma + C K), 0, 1)``, ``g = q_c``
   (the smoothed hinge has conjugate ``-beta + gamma beta^2 / 2``; TPAMI Prop. 10 / [8]).
 * LR^OVA: ``u = logit(beta)`` solves ``u + ytilde g + C K sigmoid(u) = 0`` (increasing in u),
@@ -44,170 +50,69 @@ import math
 import numpy as np
 from numba import njit
 
-from topkbench.kernels.lambertw import lambertw_exp
 from topkbench.kernels.projections import simplex_biased_threshold
+from topkbench.kernels.topk import (
+    SET_ALPHA,
+    SET_BETA,
+    SET_DK,
+    sort_descending,
+    topk_threshold,
+)
+from topkbench.kernels.topk_entropy import topk_ent_loss, topk_ent_prox
+from topkbench.kernels.roots import (  # noqa: F401  (re-exported for tests)
+    STATUS_OK,
+    STATUS_ROOT_NOT_CONVERGED,
+    _entropic_root,
+    _logistic_dual_root,
+    _sigmoid,
+)
 
 LOSS_SVM_MULTI = 0
 LOSS_LR_MULTI = 1
 LOSS_SVM_OVA = 2
 LOSS_LR_OVA = 3
 
-STATUS_OK = 0
-STATUS_ROOT_NOT_CONVERGED = 1
+LOSS_TOPK_SVM_ALPHA = 4  # top-k hinge alpha as printed: conjugate domain D_k
+LOSS_TOPK_SVM_ALPHA_PSEUDO = 5  # what the authors' code optimizes: Delta_k^alpha
+LOSS_TOPK_SVM_BETA = 6  # Delta_k^beta
+LOSS_TOPK_ENT = 7
 
-_LR_ALPHA_TINY = 1e-100
-_NEWTON_MAX_ITER = 100
+@njit(cache=True)
+def is_hinge(loss):
+    """The SVM^Multi / top-k hinge family (linear conjugate on a polytope)."""
+    return loss == LOSS_SVM_MULTI or (
+        loss == LOSS_TOPK_SVM_ALPHA
+        or loss == LOSS_TOPK_SVM_ALPHA_PSEUDO
+        or loss == LOSS_TOPK_SVM_BETA
+    )
 
 
 @njit(cache=True)
-def _softmax_tail(b, out):
-    """``out_j = exp(b_j) / (1 + sum_k exp(b_k))``; returns ``sum out``."""
-    mx = 0.0
-    for j in range(b.shape[0]):
-        if b[j] > mx:
-            mx = b[j]
-    z = math.exp(-mx)
-    for j in range(b.shape[0]):
-        out[j] = math.exp(b[j] - mx)
-        z += out[j]
-    s = 0.0
-    for j in range(b.shape[0]):
-        out[j] /= z
-        s += out[j]
-    return s
+def is_entropic(loss):
+    """LR^Multi and top-k Ent (negative-entropy conjugate)."""
+    return loss == LOSS_LR_MULTI or loss == LOSS_TOPK_ENT
 
 
 @njit(cache=True)
-def _entropic_root(b, alpha, vals, t_start):
-    """Root ``t`` of ``h(t) = V(alpha - t) + sum_j V(b_j - t) - alpha = 0`` (TPAMI eq. (14)).
-
-    Halley's method (``h' = -sum V/(1+V)``, ``h'' = sum V/(1+V)^3``, both free once V is known)
-    inside the bracket of the module docstring, with bisection as the safeguard.  It stops when
-    the residual is at rounding level, ``|h| <= 4 (m+1) eps alpha`` (a test on the step size
-    alone can stall under rounding).  On return ``vals[j] = V(b_j - t)``.  Returns
-    ``(t, status)``.
-    """
-    mb = b.shape[0]
-    big = alpha
-    mx = 0.0
-    for j in range(mb):
-        if b[j] > big:
-            big = b[j]
-        if b[j] > mx:
-            mx = b[j]
-    la = math.log(alpha)
-    nterms = mb + 1.0
-    lo = big - alpha - la
-    hi = big - alpha / nterms - (la - math.log(nterms))
-    # start from the root of this example's previous update when there is one (it moves
-    # little between epochs), else from the softmax solution (exact as alpha -> 0)
-    t = t_start
-    if not (lo < t < hi):
-        acc = math.exp(-mx)
-        for j in range(mb):
-            acc += math.exp(b[j] - mx)
-        t = mx + math.log(acc) - la
-    if not (lo < t < hi):
-        t = 0.5 * (lo + hi)
-    tol = 4.0 * nterms * 2.220446049250313e-16 * alpha
-    for _it in range(_NEWTON_MAX_ITER):
-        v = lambertw_exp(alpha - t)
-        h = v - alpha
-        w = v / (1.0 + v)
-        d1 = w
-        d2 = w / ((1.0 + v) * (1.0 + v))
-        for j in range(mb):
-            v = lambertw_exp(b[j] - t)
-            vals[j] = v
-            h += v
-            w = v / (1.0 + v)
-            d1 += w
-            d2 += w / ((1.0 + v) * (1.0 + v))
-        if abs(h) <= tol:
-            return t, STATUS_OK
-        if h > 0.0:
-            lo = t
-        else:
-            hi = t
-        den = 2.0 * d1 * d1 - h * d2
-        if den > 0.0:
-            t_new = t + 2.0 * h * d1 / den
-        else:
-            t_new = t + h / d1
-        if not (lo < t_new < hi):
-            t_new = 0.5 * (lo + hi)
-        if abs(t_new - t) <= 1e-15 * max(1.0, abs(t)):
-            for j in range(mb):
-                vals[j] = lambertw_exp(b[j] - t_new)
-            return t_new, STATUS_OK
-        t = t_new
-    return t, STATUS_ROOT_NOT_CONVERGED
+def hinge_set(loss):
+    if loss == LOSS_TOPK_SVM_ALPHA:
+        return SET_DK
+    if loss == LOSS_TOPK_SVM_ALPHA_PSEUDO:
+        return SET_ALPHA
+    return SET_BETA
 
 
 @njit(cache=True)
-def _sigmoid(u):
-    if u >= 0:
-        return 1.0 / (1.0 + math.exp(-u))
-    e = math.exp(u)
-    return e / (1.0 + e)
-
-
-@njit(cache=True)
-def _logistic_dual_root(g, ck, u0):
-    """Root ``u`` of ``u + g + ck * sigmoid(u) = 0`` (``ck >= 0``), safeguarded Newton.
-
-    ``f(u) = u + g + ck sigmoid(u)`` is increasing, convex for ``u <= 0`` and concave for
-    ``u >= 0``, so Newton started between the root and 0 converges monotonically.  The sign of
-    ``f(0) = g + ck/2`` tells on which side of 0 the root lies; ``u0`` (the previous root) is
-    used when it is on the right side, else the start is ``min(-g, 0)`` / ``max(-g - ck, 0)``.
-    (Started on the wrong side, plain Newton can bounce between both ends of the bracket
-    forever, e.g. g = -3.6947..., ck = 1.88e6, u0 = -41.49.)
-    """
-    lo = -g - ck
-    hi = -g
-    if ck == 0.0:
-        return hi, STATUS_OK
-    if g + 0.5 * ck > 0.0:  # root < 0: start where f >= 0, u <= 0
-        u = min(hi, 0.0)
-        if lo <= u0 <= u and u0 + g + ck * _sigmoid(u0) >= 0.0:
-            u = u0
-    else:  # root >= 0: start where f <= 0, u >= 0
-        u = max(lo, 0.0)
-        if u <= u0 <= hi and u0 + g + ck * _sigmoid(u0) <= 0.0:
-            u = u0
-    for _it in range(_NEWTON_MAX_ITER):
-        sig = _sigmoid(u)
-        f = u + g + ck * sig
-        # f is known only to ~eps (|u| + |g| + ck); a step-size test alone can stall with
-        # Newton alternating between two floats (e.g. g = -17.196..., ck = 24.49...)
-        if abs(f) <= 4.0 * 2.220446049250313e-16 * (abs(u) + abs(g) + ck):
-            return u, STATUS_OK
-        if f > 0.0:
-            hi = u
-        elif f < 0.0:
-            lo = u
-        else:
-            return u, STATUS_OK
-        df = 1.0 + ck * sig * (1.0 - sig)
-        u_new = u - f / df
-        if not (lo <= u_new <= hi):
-            u_new = 0.5 * (lo + hi)
-        if abs(u_new - u) <= 1e-15 * max(1.0, abs(u)):
-            return u_new, STATUS_OK
-        u = u_new
-    return u, STATUS_ROOT_NOT_CONVERGED
-
-
-@njit(cache=True)
-def update_block(loss, y, s, a, kii, C, gamma, k, out, work, vals, idx, troots, i):
+def update_block(loss, y, s, a, kii, C, gamma, k, out, work, vals, srt, idx, troots, i):
     """New dual block for one example into ``out`` (see module docstring). Returns a status.
 
+    ``work``, ``vals``, ``srt`` (float) and ``idx`` (int) are scratch arrays of length m.
     ``troots[i]`` keeps the example's last root of eq. (14) as the next starting point (NaN if
     none); it only affects the number of iterations, not the result.
     """
     m = s.shape[0]
     status = STATUS_OK
-    if loss == LOSS_SVM_MULTI or loss == LOSS_LR_MULTI:
+    if is_hinge(loss) or is_entropic(loss):
         # b over the m-1 coordinates j != y, stored compactly in work[:m-1]
         qy = s[y] - kii * a[y]
         p = 0
@@ -216,11 +121,11 @@ def update_block(loss, y, s, a, kii, C, gamma, k, out, work, vals, idx, troots, 
                 work[p] = s[j] - kii * a[j] - qy
                 p += 1
         b = work[: m - 1]
-        if loss == LOSS_SVM_MULTI:
+        if is_hinge(loss):
             den = kii + gamma / C
             if den == 0.0:
-                # zero-norm example, nonsmooth loss: any x in Delta(C) with <1,x> = C
-                # maximizes -L*; take the uniform point
+                # zero-norm example, nonsmooth loss: any x in the domain with <1,x> = C
+                # maximizes -L*; the uniform point lies in every top-k set (k <= m-1)
                 for j in range(m):
                     out[j] = -C / (m - 1)
                 out[y] = C
@@ -228,12 +133,18 @@ def update_block(loss, y, s, a, kii, C, gamma, k, out, work, vals, idx, troots, 
             rho = kii / den
             for p in range(m - 1):
                 b[p] = (b[p] + 1.0) / den
-            t = simplex_biased_threshold(b, rho, C, idx)
+            if loss == LOSS_SVM_MULTI:
+                t = simplex_biased_threshold(b, rho, C, idx)
+                c = math.inf
+            else:
+                t, c, _ = topk_threshold(hinge_set(loss), b, k, rho, C, srt)
             total = 0.0
             p = 0
             for j in range(m):
                 if j != y:
                     v = b[p] - t
+                    if v > c:
+                        v = c
                     if v < 0.0:
                         v = 0.0
                     out[j] = -v
@@ -243,38 +154,31 @@ def update_block(loss, y, s, a, kii, C, gamma, k, out, work, vals, idx, troots, 
                 # b ~ 1/den is huge when |x_i|^2 and gamma/C are tiny; (b - t)_+ then carries
                 # an absolute error ~eps max|b| and can leave Delta(C) (seen: <1,x> = C (1 +
                 # 5e-5) for |x_i| ~ 1e-3, C = 1e-3), so that D(A) > P(W).  Scale back onto
-                # the boundary to keep the dual feasible and the gap a certificate.
+                # the boundary to keep the dual feasible and the gap a certificate (scaling
+                # keeps every cap and cone constraint of the top-k sets).
                 for j in range(m):
                     if j != y:
                         out[j] *= C / total
                 total = C
             out[y] = total
         else:
-            alpha = C * kii
+            # LR^Multi is top-1 Ent (TPAMI Table 1); x is written over b
+            kk = 1 if loss == LOSS_LR_MULTI else k
+            t0, status = topk_ent_prox(b, C * kii, kk, b, vals, srt, troots[i])
+            troots[i] = t0
             total = 0.0
-            if alpha < _LR_ALPHA_TINY:
-                _softmax_tail(b, b)
-                p = 0
-                for j in range(m):
-                    if j != y:
-                        out[j] = -C * b[p]
-                        total += b[p]
-                        p += 1
-            else:
-                t, status = _entropic_root(b, alpha, vals, troots[i])
-                troots[i] = t
-                p = 0
-                for j in range(m):
-                    if j != y:
-                        xj = vals[p] / alpha
-                        out[j] = -C * xj
-                        total += xj
-                        p += 1
-                if total > 1.0:
-                    # guard against rounding past the simplex boundary
-                    for j in range(m):
-                        out[j] /= total
-                    total = 1.0
+            for p in range(m - 1):
+                total += b[p]
+            scale = C
+            if total > 1.0:
+                # guard against rounding past the simplex boundary
+                scale = C / total
+                total = 1.0
+            p = 0
+            for j in range(m):
+                if j != y:
+                    out[j] = -scale * b[p]
+                    p += 1
             out[y] = C * total
     elif loss == LOSS_SVM_OVA:
         den = gamma + C * kii
@@ -335,6 +239,7 @@ def sdca_epochs_dense(X, y, sqnorms, A, W, perms, loss, C, gamma, k, troots):
     new = np.empty(m)
     work = np.empty(m)
     vals = np.empty(m)
+    srt = np.empty(m)
     idx = np.empty(m, dtype=np.int64)
     failures = 0
     for e in range(n_epochs):
@@ -347,7 +252,7 @@ def sdca_epochs_dense(X, y, sqnorms, A, W, perms, loss, C, gamma, k, troots):
                 for j in range(m):
                     s[j] += xf * W[f, j]
             if update_block(
-                loss, y[i], s, A[i], sqnorms[i], C, gamma, k, new, work, vals, idx, troots, i
+                loss, y[i], s, A[i], sqnorms[i], C, gamma, k, new, work, vals, srt, idx, troots, i
             ) != 0:
                 failures += 1
             if _store_block(A, i, new, s):
@@ -367,6 +272,7 @@ def sdca_epochs_csr(indptr, indices, data, y, sqnorms, A, W, perms, loss, C, gam
     new = np.empty(m)
     work = np.empty(m)
     vals = np.empty(m)
+    srt = np.empty(m)
     idx = np.empty(m, dtype=np.int64)
     failures = 0
     for e in range(n_epochs):
@@ -380,7 +286,7 @@ def sdca_epochs_csr(indptr, indices, data, y, sqnorms, A, W, perms, loss, C, gam
                 for j in range(m):
                     s[j] += xf * W[f, j]
             if update_block(
-                loss, y[i], s, A[i], sqnorms[i], C, gamma, k, new, work, vals, idx, troots, i
+                loss, y[i], s, A[i], sqnorms[i], C, gamma, k, new, work, vals, srt, idx, troots, i
             ) != 0:
                 failures += 1
             if _store_block(A, i, new, s):
@@ -406,34 +312,83 @@ def _xlogx(x):
 
 
 @njit(cache=True)
-def loss_value(loss, y, s, gamma, k, work, idx):
-    """Primal loss ``L(y, s)`` for one example with scores ``s``."""
+def _hinge_loss(loss, z, gamma, k, srt, idx):
+    """Top-k hinge family on ``z = (1 + f_j - f_y)_{j != y}`` (length m-1).
+
+    gamma = 0: closed forms with ``T_j`` = sum of the j largest entries of z (DESIGN §4.1):
+    pseudo alpha ``max(0, T_k)/k``, printed alpha ``max(0, T_{k-1}, T_k)/k``, beta
+    ``sum_{j<=k} max(0, z_[j])/k``; SVM^Multi is ``max(0, max z)``.
+    gamma > 0 (TPAMI Prop. 2): ``(<z,p> - ||p||^2/2)/gamma`` with ``p = clip(z - t, 0, c)`` the
+    projection onto the set of radius gamma.  Using ``z_j = p_j + t`` on M and ``z_j = c + t +
+    nu_j`` on U, ``<z,p> - ||p||^2/2 = t s + ||p||^2/2 + c sum_U nu_j`` with the exact ``s`` the
+    projection returns (= gamma whenever the sum constraint is active); this form keeps full
+    relative accuracy for tiny gamma (the direct form loses ~eps |z| / gamma).
+    """
+    n = z.shape[0]
+    if gamma == 0.0:
+        if loss == LOSS_SVM_MULTI:
+            mx = 0.0
+            for j in range(n):
+                if z[j] > mx:
+                    mx = z[j]
+            return mx
+        zs = srt[:n]
+        sort_descending(z, zs)
+        if loss == LOSS_TOPK_SVM_BETA:
+            total = 0.0
+            for j in range(k):
+                if zs[j] > 0.0:
+                    total += zs[j]
+            return total / k
+        head = 0.0
+        for j in range(k - 1):
+            head += zs[j]
+        full = head + zs[k - 1]
+        best = max(0.0, full)
+        if loss == LOSS_TOPK_SVM_ALPHA:
+            best = max(best, head)
+        return best / k
+    if loss == LOSS_SVM_MULTI:
+        t = simplex_biased_threshold(z, 0.0, gamma, idx)
+        c = math.inf
+        s = 0.0
+        for j in range(n):
+            if z[j] > t:
+                s += z[j] - t
+        if t > 0.0:
+            s = gamma
+    else:
+        t, c, s = topk_threshold(hinge_set(loss), z, k, 0.0, gamma, srt)
+    pp = 0.0
+    nu = 0.0
+    for j in range(n):
+        v = z[j] - t
+        if v > c:
+            nu += v - c
+            v = c
+        if v > 0.0:
+            pp += v * v
+    val = (t * s + 0.5 * pp + c * nu if nu > 0.0 else t * s + 0.5 * pp) / gamma
+    return val if val > 0.0 else 0.0
+
+
+@njit(cache=True)
+def loss_value(loss, y, s, gamma, k, work, srt, idx):
+    """Primal loss ``L(y, s)`` for one example with scores ``s``; ``work``, ``srt``, ``idx``
+    are scratch arrays of length m."""
     m = s.shape[0]
     sy = s[y]
-    if loss == LOSS_SVM_MULTI:
+    if is_hinge(loss) or loss == LOSS_TOPK_ENT:
+        shift = 1.0 if is_hinge(loss) else 0.0
         p = 0
-        mx = 0.0
         for j in range(m):
             if j != y:
-                work[p] = 1.0 + s[j] - sy
-                if work[p] > mx:
-                    mx = work[p]
+                work[p] = shift + s[j] - sy
                 p += 1
-        if gamma == 0.0:
-            return mx
-        # smooth: (<z,p> - ||p||^2/2) / gamma with p = proj_{Delta(gamma)}(z) (TPAMI Prop. 2).
-        # With p = (z - t)_+, <z,p> = ||p||^2 + t <1,p>, and t > 0 only when <1,p> = gamma,
-        # so the loss is t + ||p||^2 / (2 gamma) (or ||p||^2 / (2 gamma) when t = 0):
-        # nonnegative terms, error ~eps |z|. The direct form cancels and loses ~eps |z| / gamma
-        # (1.5e-8 relative at gamma = 1e-8, z = (2, 2, 2)).
         z = work[: m - 1]
-        t = simplex_biased_threshold(z, 0.0, gamma, idx)
-        pp = 0.0
-        for p in range(m - 1):
-            v = z[p] - t
-            if v > 0.0:
-                pp += v * v
-        return t + 0.5 * pp / gamma
+        if loss == LOSS_TOPK_ENT:
+            return topk_ent_loss(z, k, srt)
+        return _hinge_loss(loss, z, gamma, k, srt, idx)
     elif loss == LOSS_LR_MULTI:
         mx = s[0]
         for j in range(m):
@@ -467,9 +422,14 @@ def loss_value(loss, y, s, gamma, k, work, idx):
 
 @njit(cache=True)
 def neg_conjugate_value(loss, y, a, C, gamma, k):
-    """``-L*(y, -a / C)`` for one dual block ``a`` (the example's share of D / (lambda C))."""
+    """``-L*(y, -a / C)`` for one dual block ``a`` (the example's share of D / (lambda C)).
+
+    The hinge family shares ``<1,x> - gamma/2 ||x||^2`` and the entropic family
+    ``-<x, log x> - (1-s) log(1-s)`` (TPAMI Props. 1-4); they differ only in the domain, which
+    the updates keep feasible.
+    """
     m = a.shape[0]
-    if loss == LOSS_SVM_MULTI or loss == LOSS_LR_MULTI:
+    if is_hinge(loss) or is_entropic(loss):
         total = 0.0
         sq = 0.0
         ent = 0.0
@@ -479,7 +439,7 @@ def neg_conjugate_value(loss, y, a, C, gamma, k):
                 total += x
                 sq += x * x
                 ent += _xlogx(x)
-        if loss == LOSS_SVM_MULTI:
+        if is_hinge(loss):
             return total - 0.5 * gamma * sq
         return -ent - _xlogx(1.0 - total)
     elif loss == LOSS_SVM_OVA:
@@ -503,10 +463,11 @@ def objective_terms(S, y, A, loss, C, gamma, k):
     """Return ``(sum_i L(y_i, S_i), sum_i -L*(y_i, -A_i / C))`` for scores ``S`` (n x m)."""
     n, m = S.shape
     work = np.empty(m)
+    srt = np.empty(m)
     idx = np.empty(m, dtype=np.int64)
     lsum = 0.0
     csum = 0.0
     for i in range(n):
-        lsum += loss_value(loss, y[i], S[i], gamma, k, work, idx)
+        lsum += loss_value(loss, y[i], S[i], gamma, k, work, srt, idx)
         csum += neg_conjugate_value(loss, y[i], A[i], C, gamma, k)
     return lsum, csum

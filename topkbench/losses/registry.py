@@ -77,7 +77,81 @@ _OVA_LR = MethodSpec(
     smooth_when="always",
 )
 
-METHODS: dict[str, MethodSpec] = {s.name: s for s in (_OVA_SVM, _OVA_LR, _MULTI_SVM, _MULTI_LR)}
+_TOPK_ALPHA = MethodSpec(
+    name="topk_svm_alpha",
+    paper_name="top-k SVM^alpha exactly as printed in TPAMI Table 1 (smooth for gamma > 0)",
+    task="multiclass",
+    solver="sdca",
+    loss_id=_k.LOSS_TOPK_SVM_ALPHA,
+    params=("k", "gamma"),
+    objective="(1/k) max{0, T_{k-1}(z), T_k(z)}, z = (a + c)^{\\y}, T_j = sum of j largest",
+    reference="TPAMI 002 Table 1, Props. 1-2, 14 with the domain D_k of DESIGN §4.1",
+    aliases=("topk_svm", "topk_alpha"),
+    smooth_when="gamma > 0",
+)
+_TOPK_ALPHA_PSEUDO = MethodSpec(
+    name="topk_svm_alpha_pseudo",
+    paper_name="top-k SVM^alpha as optimized by the authors' code (Kato's 'pseudo' alpha)",
+    task="multiclass",
+    solver="sdca",
+    loss_id=_k.LOSS_TOPK_SVM_ALPHA_PSEUDO,
+    params=("k", "gamma"),
+    objective="(1/k) max{0, T_k(z)}, z = (a + c)^{\\y}; conjugate domain Delta_k^alpha",
+    reference="NIPS 001 §4 (Delta_k^alpha); Kato 004 §8; DESIGN §4.1",
+    aliases=("topk_alpha_pseudo", "pseudo_alpha"),
+    smooth_when="gamma > 0",
+)
+_TOPK_BETA = MethodSpec(
+    name="topk_svm_beta",
+    paper_name="top-k SVM^beta (smooth for gamma > 0)",
+    task="multiclass",
+    solver="sdca",
+    loss_id=_k.LOSS_TOPK_SVM_BETA,
+    params=("k", "gamma"),
+    objective="(1/k) sum_{j<=k} max{0, z_[j]}, z = (a + c)^{\\y}",
+    reference="TPAMI 002 Table 1, eq. (3), Prop. 14; NIPS 001 §4 supplement; DESIGN §4.5",
+    aliases=("topk_beta",),
+    smooth_when="gamma > 0",
+)
+_TOPK_ENT = MethodSpec(
+    name="topk_ent",
+    paper_name="top-k Ent (top-k entropy)",
+    task="multiclass",
+    solver="sdca",
+    loss_id=_k.LOSS_TOPK_ENT,
+    params=("k",),
+    objective="max_{x in Delta_k^alpha} <a^{\\y}, x> + H(x) + H(1 - <1,x>)",
+    reference="TPAMI 002 Prop. 4, Props. 15-17, eqs. (11)-(16); DESIGN §4.2",
+    aliases=("topk_entropy",),
+    smooth_when="always",
+)
+_TOPK_ENT_TR = MethodSpec(
+    name="topk_ent_tr",
+    paper_name="truncated top-k Ent (nonconvex)",
+    task="multiclass",
+    solver="lbfgs",
+    loss_id=-1,
+    params=("k",),
+    objective="log(1 + sum_{j in J} exp(a_j)), J = the m-k smallest f_j, j != y",
+    reference="TPAMI 002 §3.2 (top-k Ent_tr), §6.2 (start from LR^Multi)",
+    aliases=("topk_entropy_truncated", "ent_tr"),
+    smooth_when="almost everywhere (nonconvex; no duality gap)",
+)
+
+METHODS: dict[str, MethodSpec] = {
+    s.name: s
+    for s in (
+        _OVA_SVM,
+        _OVA_LR,
+        _MULTI_SVM,
+        _MULTI_LR,
+        _TOPK_ALPHA,
+        _TOPK_ALPHA_PSEUDO,
+        _TOPK_BETA,
+        _TOPK_ENT,
+        _TOPK_ENT_TR,
+    )
+}
 _ALIASES: dict[str, str] = {a: s.name for s in METHODS.values() for a in s.aliases}
 
 

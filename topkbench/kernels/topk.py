@@ -1,0 +1,304 @@
+"""(Biased) projections onto the top-k sets (NIPS 001 §4; TPAMI 002 §3.2 eqs. (2)-(3), Prop. 14;
+DESIGN §4.1, §4.5).
+
+Every problem here has the form, for ``b`` in R^n, ``rho >= 0``, ``r > 0``::
+
+    argmin_x  1/2 ||x - b||^2 + rho/2 <1, x>^2   s.t.  x in S(r)
+
+for one of the sets
+
+* ``SET_ALPHA``: the top-k simplex  Delta_k^alpha(r) = {x >= 0, <1,x> <= r, x_j <= <1,x>/k}
+  (the conjugate domain of the *pseudo* top-k hinge the authors' code optimizes; eq. (2));
+* ``SET_BETA``:  Delta_k^beta(r) = {0 <= x_j <= r/k, <1,x> <= r} (eq. (3));
+* ``SET_DK``:    D_k(r) = {x >= 0, <1,x> <= r, x_j <= r/k, (k-1) x_j <= <1,x>}, the conjugate
+  domain of the top-k hinge alpha *as printed* (DESIGN §4.1);
+* ``SET_CONE``:  the top-k cone  {x >= 0, k x_j <= <1,x>}  (``r`` is ignored).
+
+All solutions have the form ``x = clip(b - t, 0, c)``: the functions return the thresholds
+``(t, c, s)`` with ``s = <1, x>`` as implied by the algorithm (exact when a sum constraint is
+active, which keeps the smoothed losses accurate for tiny gamma), and the caller applies them
+(STYLE.md, "Numerical kernels").  Input to the ``*_sorted`` kernels is ``b`` sorted in
+*descending* order; the sort is the only O(n log n) step, everything else is O(n).
+
+Derivation (ours; the NIPS paper's Lemma 3 enumerates up to (k-1)(n-k+1) partitions and falls
+back to ``x = 0`` when none fits, which we do not want to rely on):
+
+**Top-k cone / Delta_k^alpha.**  Split the problem by the value of the sum:
+``F(s) = min {1/2 ||x - b||^2 : 0 <= x_j <= s/k, <1,x> = s} + rho/2 s^2``.  F is convex (a
+partial minimization of a jointly convex function over a convex set) and the top-k simplex
+problem is ``min_{0 <= s <= r} F(s)``; the cone problem drops ``s <= r``.  For fixed s the
+inner problem is a box-constrained knapsack, ``x = clip(b - t, 0, c)`` with ``c = s/k``; with
+multipliers ``t`` for the sum and ``nu_j = (b_j - t - c)_+`` for the caps, the envelope theorem
+gives ``F'(s) = rho s - t - P/k`` with ``P = sum_j nu_j``.  Let U = {capped}, M = {strictly
+between}, u = |U|, with sums ``B_U``, ``B_M``; then ``sum x = s`` gives
+``t = (B_M - (k - u) c) / |M|`` and, in terms of c,
+
+    F'(kc) * k |M| = c (rho k^2 |M| + (k - u)^2 + u |M|) - (k - u) B_M - |M| B_U,
+
+whose root is exactly the NIPS Lemma 3 formula.  As s grows the lower threshold ``t`` falls and
+the upper threshold ``t + c`` rises, so elements only move L -> M (``t`` passes ``b_j``) and
+U -> M (``t + c`` passes ``b_j``): U is always a prefix and M the next block of the sorted
+``b``.  Starting at ``s = 0+`` with ``U`` = the k largest, ``M`` empty (``x`` constant on the
+top k), we sweep the at most ``n + k`` events in increasing ``c`` and stop in the first piece
+containing the root of the increasing piecewise-linear ``F'`` (or ``c = r/k``, where the sum
+constraint becomes active and the problem is the knapsack with box ``r/k`` -- NIPS §4.1).
+Consequences: ``x = 0`` iff ``T_k(b) <= 0`` (sum of the k largest), for every ``rho >= 0``
+(NIPS Lemma 4 states only sufficiency for ``rho > 0``).
+
+**Delta_k^beta (biased continuous quadratic knapsack with box r/k).**  Same idea with a fixed
+box ``cap = r/k``: ``G(s) = min {1/2 ||x-b||^2 : 0 <= x <= cap, <1,x> = s} + rho/2 s^2`` has
+``G'(s) = rho s - t(s)``; as s grows ``t`` falls and elements move L -> M (``t = b_j``) and
+M -> U (``t = b_j - cap``); each piece gives ``t = (u cap + B_M - s)/|M|`` and the root
+``s = (u cap + B_M) / (1 + rho |M|)``; stop at the root or at ``s = r``.  With
+``force_sum`` the sweep stops exactly at ``s = r`` (the plain knapsack with box; DESIGN §4.1
+primitive (iii)).
+
+**D_k** (DESIGN §4.1, checked there numerically; the case analysis is ours): D_k(r) is
+Delta_k^beta(r) intersected with the top-(k-1) cone.  (i) Solve over Delta_k^beta(r); if
+``k <= 2`` or ``(k-1) max x <= sum x`` it is optimal.  (ii) Else solve over the biased top-(k-1)
+cone; if ``max x <= r/k`` and ``sum x <= r`` it is optimal.  (iii) Else a cone constraint and a
+box/sum constraint are both active at the optimum.  A cone constraint active at j means
+``x_j = max x = s/(k-1)``, hence ``s <= (k-1) r/k < r``, so the active one is a box constraint
+``x_j' = r/k``; as ``x_j' <= x_j <= r/k`` this forces ``max x = r/k``, ``s = (k-1) r/k``, and
+on that face all remaining constraints reduce to ``x_j <= r/k``: the knapsack with box ``r/k``
+and sum ``(k-1) r/k`` (the bias is constant there).
+
+Numerics: sums over U and M are recomputed from scratch for the final partition (the sweep
+updates them incrementally), so the result does not carry the sweep's accumulated rounding.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+SET_ALPHA = 0
+SET_BETA = 1
+SET_DK = 2
+SET_CONE = 3
+
+_INF = math.inf
+
+
+@njit(cache=True)
+def sort_descending(b, out):
+    """``out[:] = b`` sorted in descending order (in place in ``out``, no allocation)."""
+    n = b.shape[0]
+    for j in range(n):
+        out[j] = -b[j]
+    out[:n].sort()
+    for j in range(n):
+        out[j] = -out[j]
+
+
+@njit(cache=True)
+def _range_sum(bs, lo, hi):
+    total = 0.0
+    for j in range(lo, hi):
+        total += bs[j]
+    return total
+
+
+@njit(cache=True)
+def cone_sweep_sorted(bs, k, rho, cmax):
+    """Thresholds of the biased projection onto ``{x in top-k cone, <1,x> <= k cmax}``.
+
+    ``bs`` sorted descending, ``len(bs) >= k >= 1``; ``cmax = inf`` gives the cone, ``cmax =
+    r/k`` gives Delta_k^alpha(r).  Returns ``(t, c, s)``; ``x = clip(b - t, 0, c)``.
+    """
+    n = bs.shape[0]
+    bu = _range_sum(bs, 0, k)
+    if bu <= 0.0 or cmax <= 0.0:
+        return bs[0], 0.0, 0.0
+    kf = float(k)
+    # first piece: U = top k, M empty, x = c on U
+    c_end = bs[k - 1] - bs[k] if k < n else _INF
+    c_root = bu / (kf * (1.0 + rho * kf))
+    if c_root <= c_end or cmax <= c_end:
+        c = min(c_root, cmax)
+        return bs[k - 1] - c, c, kf * c
+    c_cur = c_end
+    u = k
+    il = k
+    bm = 0.0
+    # events at c_end: the smallest of U and the largest of L both join M
+    while True:
+        nm = il - u
+        if nm == 0:
+            # only right after the constant piece: move both boundary elements
+            u -= 1
+            bu -= bs[u]
+            bm += bs[u]
+            if il < n:
+                bm += bs[il]
+                il += 1
+            continue
+        km = kf - u
+        den = rho * kf * kf * nm + km * km + u * nm
+        c_root = (km * bm + nm * bu) / den
+        # next events: t(c) = (bm - km c)/nm reaches bs[il]; t + c reaches bs[u - 1]
+        c_l = _INF
+        if il < n and km > 0.0:
+            c_l = (bm - nm * bs[il]) / km
+        c_u = _INF
+        if u > 0 and nm > km:
+            c_u = (nm * bs[u - 1] - bm) / (nm - km)
+        c_next = min(c_l, c_u)
+        if c_next < c_cur:
+            c_next = c_cur
+        target = min(c_root, cmax)
+        if target <= c_next:
+            c = max(target, c_cur)
+            break
+        c_cur = c_next
+        if c_u <= c_l:
+            u -= 1
+            bu -= bs[u]
+            bm += bs[u]
+        if c_l <= c_u and il < n:
+            bm += bs[il]
+            il += 1
+    # recompute the partition sums exactly and the final thresholds
+    nm = il - u
+    bu = _range_sum(bs, 0, u)
+    bm = _range_sum(bs, u, il)
+    km = kf - u
+    # the solution is the root of this piece clamped to [start of piece, cmax]; the root lies
+    # below the start only at a kink reached through a zero-length piece
+    c = (km * bm + nm * bu) / (rho * kf * kf * nm + km * km + u * nm)
+    c = min(max(c, c_cur), cmax)
+    t = (bm - km * c) / nm
+    return t, c, kf * c
+
+
+@njit(cache=True)
+def box_sweep_sorted(bs, cap, rho, smax, force_sum):
+    """Thresholds of ``argmin 1/2||x-b||^2 + rho/2 <1,x>^2, 0 <= x <= cap, <1,x> <= smax``.
+
+    With ``force_sum`` the constraint is ``<1,x> = smax`` (then ``rho`` has no effect).
+    ``bs`` sorted descending; requires ``smax <= n cap``.  Returns ``(t, c, s)`` with ``c =
+    cap``; ``x = clip(b - t, 0, cap)``.
+    """
+    n = bs.shape[0]
+    iu = 0
+    il = 0
+    bm = 0.0
+    s_cur = 0.0
+    s = 0.0
+    while True:
+        nm = il - iu
+        if nm == 0:
+            if il == n:
+                # everything capped: s = n cap >= smax, so only reachable when equal
+                return bs[n - 1] - cap, cap, n * cap
+            bm += bs[il]
+            il += 1
+            continue
+        base = iu * cap + bm
+        s_root = _INF if force_sum else base / (1.0 + rho * nm)
+        # t(s) = (base - s)/nm reaches bs[il] (entry) or bs[iu] - cap (cap)
+        s_l = base - nm * bs[il] if il < n else _INF
+        s_c = base - nm * (bs[iu] - cap)
+        s_next = min(s_l, s_c)
+        if s_next < s_cur:
+            s_next = s_cur
+        target = min(s_root, smax)
+        if target <= s_next:
+            s = max(target, s_cur)
+            break
+        s_cur = s_next
+        if s_c <= s_l:
+            bm -= bs[iu]
+            iu += 1
+        if s_l <= s_c and il < n:
+            bm += bs[il]
+            il += 1
+    nm = il - iu
+    bm = _range_sum(bs, iu, il)
+    base = iu * cap + bm
+    s = smax
+    if not force_sum:
+        s = min(max(base / (1.0 + rho * nm), s_cur), smax)
+    t = (base - s) / nm
+    return t, cap, s
+
+
+@njit(cache=True)
+def _max_clipped(bs, t, c):
+    v = bs[0] - t
+    if v > c:
+        v = c
+    return v if v > 0.0 else 0.0
+
+
+@njit(cache=True)
+def _sum_clipped(bs, t, c):
+    total = 0.0
+    for j in range(bs.shape[0]):
+        v = bs[j] - t
+        if v > c:
+            v = c
+        if v > 0.0:
+            total += v
+    return total
+
+
+@njit(cache=True)
+def topk_threshold_sorted(kind, bs, k, rho, r):
+    """Thresholds ``(t, c, s)`` of the biased projection onto the set ``kind`` of radius r."""
+    n = bs.shape[0]
+    if kind == SET_ALPHA:
+        return cone_sweep_sorted(bs, k, rho, r / k)
+    if kind == SET_CONE:
+        return cone_sweep_sorted(bs, k, rho, _INF)
+    if kind == SET_BETA or k <= 2:
+        return box_sweep_sorted(bs, r / k, rho, r, False)
+    # SET_DK, k >= 3: DESIGN §4.1 primitives (i)-(iii)
+    tol = 1e-12
+    t, c, s = box_sweep_sorted(bs, r / k, rho, r, False)
+    mx = _max_clipped(bs, t, c)
+    if (k - 1) * mx <= s * (1.0 + tol) + 1e-300:
+        return t, c, s
+    t, c, s = cone_sweep_sorted(bs, k - 1, rho, _INF)
+    mx = _max_clipped(bs, t, c)
+    if mx <= (r / k) * (1.0 + tol) and s <= r * (1.0 + tol):
+        if n > 0 and s > r:
+            s = r
+        return t, c, s
+    return box_sweep_sorted(bs, r / k, 0.0, r * (k - 1) / k, True)
+
+
+@njit(cache=True)
+def topk_threshold(kind, b, k, rho, r, work):
+    """As :func:`topk_threshold_sorted` for unsorted ``b``; ``work`` (len >= n) is scratch."""
+    n = b.shape[0]
+    bs = work[:n]
+    sort_descending(b, bs)
+    return topk_threshold_sorted(kind, bs, k, rho, r)
+
+
+@njit(cache=True)
+def apply_box_threshold(b, t, c, out):
+    """``out = clip(b - t, 0, c)``; returns ``<1, out>``."""
+    total = 0.0
+    for j in range(b.shape[0]):
+        v = b[j] - t
+        if v > c:
+            v = c
+        if v < 0.0:
+            v = 0.0
+        out[j] = v
+        total += v
+    return total
+
+
+def project(kind: int, b, k: int, rho: float = 0.0, r: float = 1.0) -> np.ndarray:
+    """Convenience wrapper (allocates): the biased projection of ``b`` onto ``kind``."""
+    b = np.ascontiguousarray(b, dtype=np.float64)
+    work = np.empty_like(b)
+    t, c, _ = topk_threshold(kind, b, int(k), float(rho), float(r), work)
+    out = np.empty_like(b)
+    apply_box_threshold(b, t, c, out)
+    return out

@@ -1,0 +1,289 @@
+"""Top-k entropy: the loss (TPAMI 002 Prop. 4, Prop. 17) and the SDCA prox (Props. 15-16,
+eqs. (11)-(14)); DESIGN §4.2.
+
+Notation: ``n`` coordinates (the m-1 classes other than the label), ``x`` in the top-k simplex
+Delta_k^alpha, ``s = <1, x>``, ``U = {j : x_j = s/k}`` (always the |U| largest entries of the
+input, TPAMI §5.2), ``M`` the rest, ``rho = |U|/k`` (the paper's rho; not the projection bias).
+
+**Loss (Prop. 17).**  ``L(a) = max_{x in Delta_k^alpha} <a,x> - <x, log x> - (1-s) log(1-s)``.
+For a candidate ``u = |U|`` everything is closed form; we evaluate it in the log domain
+(``log Z`` by log-sum-exp, ``log Q = (1-rho) log(1-rho) - rho log k - (1-rho) log Z - A``,
+``s = sigmoid(-log Q)``, ``1 - s = sigmoid(log Q)``, ``t = log Z + log(1+Q) - log(1-rho)``) so
+that scores of any magnitude neither overflow nor cancel.  A candidate is accepted when it is
+consistent with its partition (``a_j - t >= log(s/k)`` on U, ``<=`` on M); by strict concavity
+the consistent candidate is the maximizer.  ``u = k`` is possible only when ``n = k`` (every
+coordinate capped); then ``s = sigmoid(A + log k)`` and ``L = log(1 + k e^A)`` with
+``A = sum_j a_j / k``.
+
+**Prox (Prop. 15-16).**  ``min_{x in Delta_k^alpha} alpha/2 (<x,x> + s^2) - <b,x> + <x, log x> +
+(1-s) log(1-s)``.  For ``u = 0`` this is eq. (14) (:func:`~topkbench.kernels.roots.
+_entropic_root`).  For ``u >= 1`` the paper solves the 2x2 system (13) by Newton, which is
+what diverges in the authors' code (DESIGN §4.2).  We eliminate ``s`` instead: the first line
+of (13) gives ``alpha s = S(t) / (1 - rho)`` with ``S(t) = sum_M V(b_j - t)``; the second,
+solved for ``alpha (1 - s)`` with ``V^{-1}(v) = v + log v``, gives
+``alpha (1 - s) = V(g(t))``, ``g(t) = alpha - A - (1-rho) t + rho V^{-1}(alpha s / k)``.  So t
+is the root of the scalar equation
+
+    h(t) = S(t) / (1 - rho) + V(g(t)) - alpha = 0,
+
+which reduces to eq. (14) at ``rho = 0`` and involves no ``1 - s`` cancellation.  ``S`` is
+decreasing in t, and ``g`` is decreasing (``-(1-rho) t`` and ``V^{-1}(alpha s/k)`` with s
+decreasing), so h is strictly decreasing: one root, found by Newton with a bisection
+safeguard inside a bracket.  Lower end: at the root ``V(b_j - t) <= alpha (1-rho)`` on M, so
+``t >= max_M b_j - V^{-1}(alpha (1 - rho))``, where ``h >= V(g) > 0``; the upper end is found
+by doubling steps (``h -> -alpha`` as ``t -> inf``).  Derivatives: ``S' = -sum_M V/(1+V)``,
+``g' = -(1-rho) + rho (1 + 1/sigma) sigma'`` with ``sigma = alpha s/k = S/(k(1-rho))``,
+``h' = S'/(1-rho) + V(g)/(1+V(g)) g'``.  The candidates ``u = 0, 1, ..., k-1`` are tried in
+order and the consistent one is optimal (strict convexity).  ``u = k`` (``n = k``) has
+``x = (s/k) 1`` and ``s = sigmoid(w)`` with ``w + alpha (1 + 1/k) sigmoid(w) - B/k - log k =
+0``, the logistic dual equation.  As ``alpha -> 0`` the prox becomes the maximizer of Prop. 17
+with ``a = b``, which is used below ``alpha = 1e-100`` (zero-norm examples, DESIGN §4.3).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from topkbench.kernels.lambertw import lambertw_exp
+from topkbench.kernels.roots import (
+    NEWTON_MAX_ITER,
+    STATUS_OK,
+    STATUS_ROOT_NOT_CONVERGED,
+    _entropic_root,
+    _logistic_dual_root,
+    _sigmoid,
+)
+from topkbench.kernels.topk import sort_descending
+
+ALPHA_TINY = 1e-100
+_EPS = 2.220446049250313e-16
+_CONSISTENCY_TOL = 1e-10
+
+
+@njit(cache=True)
+def _softplus(z):
+    """log(1 + e^z) without overflow."""
+    if z > 0.0:
+        return z + math.log1p(math.exp(-z))
+    return math.log1p(math.exp(z))
+
+
+@njit(cache=True)
+def _logsumexp_range(v, lo, hi):
+    mx = v[lo]
+    for j in range(lo, hi):
+        if v[j] > mx:
+            mx = v[j]
+    acc = 0.0
+    for j in range(lo, hi):
+        acc += math.exp(v[j] - mx)
+    return mx + math.log(acc)
+
+
+@njit(cache=True)
+def topk_ent_solve_sorted(as_, k):
+    """Prop. 17 on ``as_`` sorted descending: returns ``(loss, t, log_cap, u)``.
+
+    The maximizer is ``x_j = exp(min(a_j - t, log_cap))`` with ``log_cap = log(s/k)``.
+    """
+    n = as_.shape[0]
+    kf = float(k)
+    best_u = 0
+    best_v = math.inf
+    best = (0.0, 0.0, 0.0)
+    head = 0.0  # sum of the u largest entries
+    for u in range(min(k, n)):
+        if u > 0:
+            head += as_[u - 1]
+        rho = u / kf
+        om = 1.0 - rho
+        A = head / kf
+        log_z = _logsumexp_range(as_, u, n)
+        log_q = -rho * math.log(kf) - om * log_z - A
+        if u > 0:
+            log_q += om * math.log(om)
+        sp_q = _softplus(log_q)  # log(1 + Q)
+        t = log_z + sp_q - math.log(om)
+        log_cap = -sp_q - math.log(kf)  # log(s/k)
+        viol = as_[u] - t - log_cap
+        if u > 0:
+            viol = max(viol, log_cap - (as_[u - 1] - t))
+        if viol < best_v:
+            best_v = viol
+            best_u = u
+            s = _sigmoid(-log_q)
+            if u == 0:
+                loss = _softplus(log_z)
+            else:
+                log1ms = -_softplus(-log_q)  # log(1 - s)
+                loss = s * (A + om * t - rho * log_cap) - math.exp(log1ms) * log1ms
+            best = (loss, t, log_cap)
+        if viol <= _CONSISTENCY_TOL * (1.0 + abs(t)):
+            return best[0], best[1], best[2], u
+    if n == k:
+        # every coordinate capped: x = (s/k) 1, s = sigmoid(A + log k)
+        A = (head + as_[n - 1]) / kf
+        z = A + math.log(kf)
+        s = _sigmoid(z)
+        log_cap = math.log(s) - math.log(kf)
+        # x_j = exp(min(a_j - t, log_cap)) = s/k needs t <= min_j a_j - log_cap
+        return _softplus(z), as_[n - 1] - log_cap, log_cap, k
+    return best[0], best[1], best[2], best_u
+
+
+@njit(cache=True)
+def topk_ent_loss(a, k, work):
+    """Top-k Ent loss (Prop. 4 / 17) of ``a = (f_j - f_y)_{j != y}``; ``work`` is scratch."""
+    n = a.shape[0]
+    as_ = work[:n]
+    sort_descending(a, as_)
+    loss, _, _, _ = topk_ent_solve_sorted(as_, k)
+    return loss
+
+
+@njit(cache=True)
+def _ent_h(bs, u, kf, alpha, A, t):
+    """``(h(t), h'(t), S(t))`` of the module docstring for ``U`` = the ``u`` largest of bs."""
+    n = bs.shape[0]
+    rho = u / kf
+    om = 1.0 - rho
+    S = 0.0
+    dS = 0.0
+    for j in range(u, n):
+        v = lambertw_exp(bs[j] - t)
+        S += v
+        dS -= v / (1.0 + v)
+    sigma = S / (kf * om)
+    if sigma <= 0.0:
+        return S / om - alpha, dS / om, S
+    g = alpha - A - om * t + rho * (sigma + math.log(sigma))
+    vg = lambertw_exp(g)
+    h = S / om + vg - alpha
+    dsig = dS / (kf * om)
+    dg = -om + rho * (1.0 + 1.0 / sigma) * dsig
+    hp = dS / om + vg / (1.0 + vg) * dg
+    return h, hp, S
+
+
+@njit(cache=True)
+def _ent_root_capped(bs, u, kf, alpha, A):
+    """Root of the decreasing ``h`` for ``u >= 1`` (bracketed, safeguarded Newton).
+
+    Returns ``(t, S, status)``.
+    """
+    om = 1.0 - u / kf
+    ao = alpha * om
+    lo = bs[u] - (ao + math.log(ao))
+    step = max(1.0, 1e-8 * abs(lo))
+    hi = lo + step
+    for _ in range(2000):
+        h, _, _ = _ent_h(bs, u, kf, alpha, A, hi)
+        if h < 0.0:
+            break
+        lo = hi
+        step *= 2.0
+        hi = lo + step
+    t = 0.5 * (lo + hi)
+    tol = 8.0 * (bs.shape[0] + 2) * _EPS * alpha
+    S = 0.0
+    for _ in range(NEWTON_MAX_ITER):
+        h, hp, S = _ent_h(bs, u, kf, alpha, A, t)
+        if abs(h) <= tol:
+            return t, S, STATUS_OK
+        if h > 0.0:
+            lo = t
+        else:
+            hi = t
+        t_new = t - h / hp if hp < 0.0 else 0.5 * (lo + hi)
+        if not (lo < t_new < hi):
+            t_new = 0.5 * (lo + hi)
+        if abs(t_new - t) <= 4.0 * _EPS * max(1.0, abs(t)):
+            _, _, S = _ent_h(bs, u, kf, alpha, A, t_new)
+            return t_new, S, STATUS_OK
+        t = t_new
+    return t, S, STATUS_ROOT_NOT_CONVERGED
+
+
+@njit(cache=True)
+def topk_ent_prox(b, alpha, k, out, vals, srt, t_start):
+    """Solve eq. (11) for ``b`` (length n), writing ``x`` into ``out``.
+
+    ``vals``, ``srt`` are scratch arrays (length >= n); ``t_start`` warm-starts the ``u = 0``
+    root (NaN for none).  Returns ``(t0, status)`` where ``t0`` is the ``u = 0`` root (to be
+    kept as the next warm start) or NaN.
+    """
+    n = b.shape[0]
+    kf = float(k)
+    if alpha < ALPHA_TINY:
+        bs = srt[:n]
+        sort_descending(b, bs)
+        _, t, log_cap, _ = topk_ent_solve_sorted(bs, k)
+        for j in range(n):
+            out[j] = math.exp(min(b[j] - t, log_cap))
+        return math.nan, STATUS_OK
+    t0, status = _entropic_root(b, alpha, vals, t_start)
+    total = 0.0
+    mx = 0.0
+    for j in range(n):
+        total += vals[j]
+        if vals[j] > mx:
+            mx = vals[j]
+    if k == 1 or kf * mx <= total * (1.0 + _CONSISTENCY_TOL):
+        for j in range(n):
+            out[j] = vals[j] / alpha
+        return t0, status
+    bs = srt[:n]
+    sort_descending(b, bs)
+    head = 0.0
+    best_v = math.inf
+    best_t = 0.0
+    best_s = 0.0
+    for u in range(1, min(k, n)):
+        head += bs[u - 1]
+        A = head / kf
+        om = 1.0 - u / kf
+        t, S, st = _ent_root_capped(bs, u, kf, alpha, A)
+        s_alpha = S / om  # alpha s
+        cap = s_alpha / kf  # alpha s / k
+        if cap > 0.0:
+            viol = (lambertw_exp(bs[u] - t) - cap) / cap
+            viol = max(viol, (cap - lambertw_exp(bs[u - 1] - t)) / cap)
+        else:
+            # the mass on M underflows, hence so does s and x = 0 to double precision
+            viol = 0.0
+        if viol < best_v:
+            best_v = viol
+            best_t = t
+            best_s = s_alpha
+            status = st
+        if viol <= _CONSISTENCY_TOL:
+            break
+    else:
+        if n == k:
+            # x = (s/k) 1 with s = sigmoid(w), w + alpha (1 + 1/k) sigmoid(w) - B/k - log k = 0
+            B = head + bs[n - 1]
+            w, st = _logistic_dual_root(-B / kf - math.log(kf), alpha * (1.0 + 1.0 / kf), 0.0)
+            s = _sigmoid(w)
+            for j in range(n):
+                out[j] = s / kf
+            return t0, st
+    cap = best_s / kf
+    for j in range(n):
+        out[j] = min(lambertw_exp(b[j] - best_t), cap) / alpha
+    return t0, status
+
+
+def prox(b, alpha: float, k: int) -> np.ndarray:
+    """Convenience wrapper (allocates) of :func:`topk_ent_prox` for tests and benchmarks."""
+    b = np.ascontiguousarray(b, dtype=np.float64)
+    out = np.empty_like(b)
+    topk_ent_prox(b, float(alpha), int(k), out, np.empty_like(b), np.empty_like(b), math.nan)
+    return out
+
+
+def loss(a, k: int) -> float:
+    a = np.ascontiguousarray(a, dtype=np.float64)
+    return float(topk_ent_loss(a, int(k), np.empty_like(a)))
