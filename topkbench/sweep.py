@@ -183,4 +183,3 @@ def run_sweep(
         if on_path_done:
             on_path_done(s)
     return results
-

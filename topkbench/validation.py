@@ -55,9 +55,7 @@ def check_labels(y, n: int, n_classes: int | None = None) -> tuple[np.ndarray, i
             f = arr.astype(np.float64)
         except (TypeError, ValueError):
             bad = next(v for v in arr if not _is_int_like(v))
-            raise InputError(
-                f"labels must be integers in [0, m); got {bad!r}"
-            ) from None
+            raise InputError(f"labels must be integers in [0, m); got {bad!r}") from None
         bad_mask = ~np.isfinite(f) | (f != np.round(f))
         if bad_mask.any():
             i = int(np.flatnonzero(bad_mask)[0])
@@ -66,9 +64,7 @@ def check_labels(y, n: int, n_classes: int | None = None) -> tuple[np.ndarray, i
     labels = arr.astype(np.int64)
     if labels.min() < 0:
         i = int(np.argmin(labels))
-        raise InputError(
-            f"labels must be integers in [0, m) (0-based); got {labels[i]} at row {i}"
-        )
+        raise InputError(f"labels must be integers in [0, m) (0-based); got {labels[i]} at row {i}")
     m = int(labels.max()) + 1 if n_classes is None else int(n_classes)
     if n_classes is not None and labels.max() >= m:
         raise InputError(f"label {labels.max()} is outside [0, {m}) for n_classes = {m}")

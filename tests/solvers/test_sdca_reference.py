@@ -371,8 +371,6 @@ def test_lr_ova_matches_sklearn_one_vs_rest(C):
 # --- (c) exact trajectory against a slow numpy SDCA -----------------------------------------
 
 
-
-
 def simplex_face_threshold_sorted(b, s):
     """tau with sum (b - tau)_+ = s (s > 0), by sorting."""
     u = np.sort(b)[::-1]

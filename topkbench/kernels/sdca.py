@@ -51,6 +51,13 @@ import numpy as np
 from numba import njit
 
 from topkbench.kernels.projections import simplex_biased_threshold
+from topkbench.kernels.roots import (  # noqa: F401  (re-exported for tests)
+    STATUS_OK,
+    STATUS_ROOT_NOT_CONVERGED,
+    _entropic_root,
+    _logistic_dual_root,
+    _sigmoid,
+)
 from topkbench.kernels.topk import (
     SET_ALPHA,
     SET_BETA,
@@ -59,13 +66,6 @@ from topkbench.kernels.topk import (
     topk_threshold,
 )
 from topkbench.kernels.topk_entropy import topk_ent_loss, topk_ent_prox
-from topkbench.kernels.roots import (  # noqa: F401  (re-exported for tests)
-    STATUS_OK,
-    STATUS_ROOT_NOT_CONVERGED,
-    _entropic_root,
-    _logistic_dual_root,
-    _sigmoid,
-)
 
 LOSS_SVM_MULTI = 0
 LOSS_LR_MULTI = 1
@@ -76,6 +76,7 @@ LOSS_TOPK_SVM_ALPHA = 4  # top-k hinge alpha as printed: conjugate domain D_k
 LOSS_TOPK_SVM_ALPHA_PSEUDO = 5  # what the authors' code optimizes: Delta_k^alpha
 LOSS_TOPK_SVM_BETA = 6  # Delta_k^beta
 LOSS_TOPK_ENT = 7
+
 
 @njit(cache=True)
 def is_hinge(loss):
@@ -251,9 +252,26 @@ def sdca_epochs_dense(X, y, sqnorms, A, W, perms, loss, C, gamma, k, troots):
                 xf = X[i, f]
                 for j in range(m):
                     s[j] += xf * W[f, j]
-            if update_block(
-                loss, y[i], s, A[i], sqnorms[i], C, gamma, k, new, work, vals, srt, idx, troots, i
-            ) != 0:
+            if (
+                update_block(
+                    loss,
+                    y[i],
+                    s,
+                    A[i],
+                    sqnorms[i],
+                    C,
+                    gamma,
+                    k,
+                    new,
+                    work,
+                    vals,
+                    srt,
+                    idx,
+                    troots,
+                    i,
+                )
+                != 0
+            ):
                 failures += 1
             if _store_block(A, i, new, s):
                 for f in range(d):
@@ -285,9 +303,26 @@ def sdca_epochs_csr(indptr, indices, data, y, sqnorms, A, W, perms, loss, C, gam
                 f = indices[q]
                 for j in range(m):
                     s[j] += xf * W[f, j]
-            if update_block(
-                loss, y[i], s, A[i], sqnorms[i], C, gamma, k, new, work, vals, srt, idx, troots, i
-            ) != 0:
+            if (
+                update_block(
+                    loss,
+                    y[i],
+                    s,
+                    A[i],
+                    sqnorms[i],
+                    C,
+                    gamma,
+                    k,
+                    new,
+                    work,
+                    vals,
+                    srt,
+                    idx,
+                    troots,
+                    i,
+                )
+                != 0
+            ):
                 failures += 1
             if _store_block(A, i, new, s):
                 for q in range(indptr[i], indptr[i + 1]):
