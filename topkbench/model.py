@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from topkbench.errors import ConfigError, InputError
+from topkbench.errors import ConfigError, ConvergenceWarning, InputError
+from topkbench.gram import check_gram
 from topkbench.losses.registry import get_method
 from topkbench.solvers.sdca import TracePoint, solve_sdca
 from topkbench.validation import check_features, check_int, check_k, check_labels, check_positive
@@ -23,7 +25,7 @@ class Model:
 
     method: str
     params: dict[str, Any]
-    W: NDArray[np.float64]
+    W: NDArray[np.float64] | None  # None for kernel models
     A: NDArray[np.float64]
     primal: float
     dual: float
@@ -32,24 +34,50 @@ class Model:
     epochs: int
     train_seconds: float
     trace: list[TracePoint] = field(default_factory=list)
+    kernel: str | None = None  # None (linear), "precomputed" or "rbf"
+    theta: float | None = None  # RBF width, K = exp(-theta |x - z|^2)
+    X_train: Any = None  # kept by RBF models to evaluate the train-test kernel
+    info: dict[str, Any] = field(default_factory=dict)  # solver-specific extras
 
     @property
     def n_classes(self) -> int:
-        return self.W.shape[1]
+        return self.A.shape[1]
 
     @property
     def converged(self) -> bool:
         return self.status == "converged"
 
-    def decision_function(self, X) -> NDArray[np.float64]:
-        """Scores ``f(x) = W^T x`` for each row of ``X`` (n x m)."""
-        X = check_features(X)
-        if X.shape[1] != self.W.shape[0]:
-            raise InputError(
-                f"X has {X.shape[1]} features, the model was trained on {self.W.shape[0]}"
-            )
-        S = X @ self.W
-        return np.asarray(S)
+    def decision_function(self, X=None, *, K=None) -> NDArray[np.float64]:
+        """Scores for each test row (n_test x m).
+
+        Linear models: ``f(x) = W^T x``.  Kernel models: ``f = K A`` with ``K`` the test x
+        train kernel; RBF models compute it from ``X`` themselves, precomputed-kernel models
+        need ``K=``.
+        """
+        if self.kernel is None:
+            if X is None:
+                raise InputError("decision_function needs X (a linear model)")
+            X = check_features(X)
+            if X.shape[1] != self.W.shape[0]:
+                raise InputError(
+                    f"X has {X.shape[1]} features, the model was trained on {self.W.shape[0]}"
+                )
+            return np.asarray(X @ self.W)
+        n_train = self.A.shape[0]
+        if K is None:
+            if self.kernel != "rbf" or X is None:
+                raise InputError(
+                    "this model was trained on a precomputed kernel: pass K = the "
+                    f"test x train kernel (n_test x {n_train})"
+                )
+            from topkbench.gram import rbf_kernel
+
+            X = check_features(X)
+            K = rbf_kernel(X, self.X_train, theta=self.theta)
+        K = np.asarray(K, dtype=np.float64)
+        if K.ndim != 2 or K.shape[1] != n_train:
+            raise InputError(f"K must be n_test x {n_train} (test x train); got {K.shape}")
+        return K @ self.A
 
     def trace_frame(self):
         import pandas as pd
@@ -62,6 +90,9 @@ def fit(
     Y,
     method: str,
     *,
+    K=None,
+    kernel: str | None = None,
+    theta: float | None = None,
     C: float = 1.0,
     k: int = 1,
     gamma: float = 0.0,
@@ -82,6 +113,10 @@ def fit(
     Parameters
     ----------
     method : name or alias from ``topkbench methods``.
+    K : a precomputed Gram matrix (n x n) instead of ``X`` (pass ``X=None``): kernel SDCA,
+        scores ``K A``; predict with ``model.decision_function(K=K_test_train)``.
+    kernel, theta : ``kernel="rbf"`` trains on ``K = exp(-theta |x_i - x_j|^2)`` computed from
+        ``X`` (``theta = 1/(2 sigma^2) > 0``); the model keeps ``X`` to predict.
     C : regularization, ``C = 1/(lambda n) > 0``.
     k : the k of a top-k loss, in ``[1, m-1]``; methods without k require ``k = 1``.
     gamma : smoothing (``>= 0``) for the methods that take it; 0 means the nonsmooth loss.
@@ -93,8 +128,32 @@ def fit(
         it feasible) and W recomputed.
     """
     spec = get_method(method)
-    X = check_features(X)
-    y, m = check_labels(Y, X.shape[0], n_classes)
+    gram = None
+    if K is not None:
+        if X is not None or kernel not in (None, "precomputed"):
+            raise ConfigError("pass either X (with an optional kernel=) or K=, not both")
+        kernel = "precomputed"
+        gram = check_gram(K)
+        n_rows = gram.shape[0]
+    else:
+        if X is None:
+            raise InputError("fit needs features X or a Gram matrix K=")
+        X = check_features(X)
+        n_rows = X.shape[0]
+        if kernel not in (None, "linear", "rbf"):
+            raise ConfigError(f"kernel must be 'linear' or 'rbf'; got {kernel!r}")
+        if kernel == "rbf":
+            if theta is None:
+                raise ConfigError("kernel='rbf' needs theta > 0 (K = exp(-theta |x-z|^2))")
+            theta = check_positive("theta", theta)
+            from topkbench.gram import rbf_kernel
+
+            gram = rbf_kernel(X, theta=theta)
+        else:
+            kernel = None
+    if gram is not None and spec.solver != "sdca":
+        raise ConfigError(f"method {spec.name} ({spec.solver}) has no kernel mode")
+    y, m = check_labels(Y, n_rows, n_classes)
     C = check_positive("C", C)
     gamma = check_positive("gamma", gamma, allow_zero=True)
     k = check_k(k, m)
@@ -107,6 +166,11 @@ def fit(
         raise ConfigError(f"method {spec.name} has no smoothing parameter; use gamma=0")
     if "k" not in spec.params and k != 1:
         raise ConfigError(f"method {spec.name} is a top-1 loss and takes no k; use k=1")
+    if spec.solver == "lbfgs":
+        return _fit_ent_tr(
+            X, y, m, spec.name, C=C, k=k, eps=eps, max_epochs=max_epochs, seed=seed,
+            time_limit=time_limit, eval_every=eval_every, warm_start=warm_start, warn=warn,
+        )  # fmt: skip
     A0 = None
     if warm_start is not None:
         if isinstance(warm_start, Model):
@@ -117,15 +181,16 @@ def fit(
             C_old, A_old = warm_start.params["C"], warm_start.A
         else:
             C_old, A_old = warm_start
-        if A_old.shape != (X.shape[0], m):
+        if A_old.shape != (n_rows, m):
             raise ConfigError(
-                f"warm_start dual has shape {A_old.shape}; expected {(X.shape[0], m)} "
+                f"warm_start dual has shape {A_old.shape}; expected {(n_rows, m)} "
                 "(same training data)"
             )
         A0 = A_old * (C / C_old)
     res = solve_sdca(
-        X,
+        gram if gram is not None else X,
         y,
+        gram=gram is not None,
         n_classes=m,
         loss_id=spec.loss_id,
         C=C,
@@ -152,6 +217,74 @@ def fit(
         epochs=res.epochs,
         train_seconds=res.seconds,
         trace=res.trace,
+        kernel=kernel,
+        theta=theta if kernel == "rbf" else None,
+        X_train=X if kernel == "rbf" else None,
+    )
+
+
+def _fit_ent_tr(X, y, m, name, *, C, k, eps, max_epochs, seed, time_limit, eval_every,
+                warm_start, warn) -> Model:  # fmt: skip
+    """top-k Ent_tr: LR^Multi at the same C (TPAMI §6.2), then L-BFGS (solvers/ent_tr.py).
+
+    ``eps`` is the relative gradient tolerance of L-BFGS and the duality-gap tolerance of the
+    LR^Multi start; ``max_epochs`` bounds both.  The returned ``A`` is the LR^Multi dual of the
+    starting point, so a model can warm-start the next C of a path (the LR^Multi path is
+    warm-started, then Ent_tr restarts from its solution).  No duality gap exists for this
+    nonconvex loss: ``dual`` and ``relative_gap`` are NaN.
+    """
+    from topkbench.solvers.ent_tr import solve_ent_tr
+
+    lr_warm = warm_start
+    if isinstance(warm_start, Model):
+        if warm_start.method not in (name, "lr_multi"):
+            raise ConfigError(
+                f"warm_start is a {warm_start.method} model; expected {name} or lr_multi"
+            )
+        lr_warm = (warm_start.params["C"], warm_start.A)
+    start = fit(
+        X, y, "lr_multi", C=C, eps=eps, max_epochs=max_epochs, seed=seed,
+        time_limit=time_limit, eval_every=eval_every, n_classes=m, warm_start=lr_warm,
+        warn=warn,
+    )  # fmt: skip
+    if k == 1:
+        res_W, primal, gnorm, iters, status, msg, secs, trace = (
+            start.W, start.primal, float("nan"), 0, start.status, "k = 1 is LR^Multi", 0.0,
+            [],
+        )  # fmt: skip
+    else:
+        r = solve_ent_tr(X, y, start.W, C=C, k=k, gtol=eps, max_iter=max(1, max_epochs))
+        res_W, primal, gnorm, iters, status, msg, secs, trace = (
+            r.W, r.primal, r.grad_norm, r.iterations, r.status, r.message, r.seconds, r.trace,
+        )  # fmt: skip
+        if status != "converged" and warn:
+            warnings.warn(
+                f"top-k Ent_tr L-BFGS stopped on {status} after {iters} iterations "
+                f"({msg}); the result is the best point found",
+                ConvergenceWarning,
+                stacklevel=3,
+            )
+    return Model(
+        method=name,
+        params={"C": C, "k": k, "gamma": 0.0, "eps": eps, "seed": seed},
+        W=res_W,
+        A=start.A,
+        primal=primal,
+        dual=float("nan"),
+        relative_gap=float("nan"),
+        status=status,
+        epochs=iters,
+        train_seconds=start.train_seconds + secs,
+        trace=trace,
+        info={
+            "grad_norm": gnorm,
+            "lbfgs_message": msg,
+            "init_method": "lr_multi",
+            "init_primal": start.primal,
+            "init_relative_gap": start.relative_gap,
+            "init_epochs": start.epochs,
+            "init_status": start.status,
+        },
     )
 
 

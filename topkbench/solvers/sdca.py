@@ -39,7 +39,7 @@ class TracePoint(NamedTuple):
 @dataclass
 class SDCAResult:
     A: np.ndarray
-    W: np.ndarray
+    W: np.ndarray | None  # None in kernel mode
     primal: float
     dual: float
     relative_gap: float
@@ -84,10 +84,21 @@ def evaluate_objective(X, y, A, W, loss_id: int, C: float, gamma: float, k: int)
     return primal, dual
 
 
+def evaluate_objective_gram(K, y, A, loss_id: int, C: float, gamma: float, k: int):
+    """(P, D) in the P(W) scale from a Gram matrix: scores ``K A``, ``||W||^2 = <A, K A>``."""
+    n = A.shape[0]
+    S = np.ascontiguousarray(K @ A, dtype=np.float64)
+    lsum, csum = _k.objective_terms(S, y, A, loss_id, C, gamma, k)
+    half_sq = 0.5 * float(np.vdot(A, S))
+    lam = 1.0 / (C * n)
+    return lam * (half_sq + C * lsum), lam * (C * csum - half_sq)
+
+
 def solve_sdca(
     X,
     y: np.ndarray,
     *,
+    gram: bool = False,
     n_classes: int,
     loss_id: int,
     C: float,
@@ -103,22 +114,36 @@ def solve_sdca(
 ) -> SDCAResult:
     """Minimize P(W) by SDCA; inputs are assumed validated (see :func:`topkbench.fit`).
 
+    With ``gram=True``, ``X`` is a symmetric PSD Gram matrix (n x n) and the problem is the
+    kernel one (scores ``K A``; no W is formed; ``result.W`` is None).
     ``A0`` (n x m) warm-starts the dual; ``W`` is recomputed as ``X^T A0`` so that the pair
     is consistent.
     """
-    kind, Xk = _as_features(X)
+    if gram:
+        kind, Xk = "gram", np.ascontiguousarray(X, dtype=np.float64)
+    else:
+        kind, Xk = _as_features(X)
     n = Xk.shape[0]
     m = int(n_classes)
     y = np.ascontiguousarray(y, dtype=np.int64)
-    sqnorms = row_sqnorms(Xk)
     if A0 is None:
         A = np.zeros((n, m), dtype=np.float64)
-        W = np.zeros((Xk.shape[1], m), dtype=np.float64)
     else:
         A = np.array(A0, dtype=np.float64, order="C", copy=True)
         if A.shape != (n, m):
             raise SolverError(f"warm start A has shape {A.shape}, expected {(n, m)}")
+    if kind == "gram":
+        W = None
+
+        def objective():
+            return evaluate_objective_gram(Xk, y, A, loss_id, C, gamma, k)
+    else:
+        sqnorms = row_sqnorms(Xk)
         W = np.ascontiguousarray(Xk.T @ A, dtype=np.float64)
+
+        def objective():
+            return evaluate_objective(Xk, y, A, W, loss_id, C, gamma, k)
+
     if kind == "csr":
         indptr = Xk.indptr.astype(np.int64)
         indices = Xk.indices.astype(np.int64)
@@ -128,7 +153,7 @@ def solve_sdca(
     rng = np.random.default_rng(seed)
     start = time.perf_counter()
     trace: list[TracePoint] = []
-    primal, dual = evaluate_objective(Xk, y, A, W, loss_id, C, gamma, k)
+    primal, dual = objective()
     gap = relative_gap(primal, dual)
     trace.append(TracePoint(0, primal, dual, gap, 0.0))
     epochs = 0
@@ -143,7 +168,9 @@ def solve_sdca(
             break
         batch = min(eval_every, max_epochs - epochs)
         perms = np.stack([rng.permutation(n) for _ in range(batch)]).astype(np.int64)
-        if kind == "dense":
+        if kind == "gram":
+            failures += _k.sdca_epochs_gram(Xk, y, A, perms, loss_id, C, gamma, k, troots)
+        elif kind == "dense":
             failures += _k.sdca_epochs_dense(
                 Xk, y, sqnorms, A, W, perms, loss_id, C, gamma, k, troots
             )
@@ -154,8 +181,9 @@ def solve_sdca(
         epochs += batch
         # resynchronize W = X^T A: D(A) is a certified lower bound only for the W that A
         # defines, and rank-1 updates accumulate rounding (A ~ C while W may be O(1))
-        W[...] = Xk.T @ A
-        primal, dual = evaluate_objective(Xk, y, A, W, loss_id, C, gamma, k)
+        if W is not None:
+            W[...] = Xk.T @ A
+        primal, dual = objective()
         if not (np.isfinite(primal) and np.isfinite(dual)):
             raise SolverError(
                 f"non-finite objective at epoch {epochs} (P={primal}, D={dual}); "
