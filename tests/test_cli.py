@@ -67,8 +67,13 @@ def test_train_json_contract(method):
     assert out["method"] == method
     assert (out["n"], out["d"], out["m"]) == (60, 2, 3)
     assert out["status"] == "converged"
-    assert out["primal"] >= out["dual"] - 1e-12
-    assert out["relative_gap"] <= 1e-3
+    if METHODS[method].solver == "lbfgs":
+        # nonconvex: no certificate; the gradient norm instead
+        assert out["dual"] is None and out["relative_gap"] is None
+        assert out["info"]["grad_norm"] >= 0.0
+    else:
+        assert out["primal"] >= out["dual"] - 1e-12
+        assert out["relative_gap"] <= 1e-3
     assert set(out["metrics"]) == {"train", "val", "test"}
     assert set(out["metrics"]["test"]) == {"top1", "top2"}
     assert 0.0 <= out["metrics"]["test"]["top1"] <= out["metrics"]["test"]["top2"] <= 1.0

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import sys
 import warnings
@@ -169,8 +170,11 @@ def train(
         "train_seconds": model.train_seconds,
         "metrics": metrics,
     }
+    if model.info:
+        out["info"] = model.info
     if as_json:
-        sys.stdout.write(json.dumps(out) + "\n")
+        # nonconvex methods have no dual: NaN is written as null (valid JSON)
+        sys.stdout.write(json.dumps(_json_safe(out), allow_nan=False) + "\n")
         return
     from rich.console import Console
     from rich.table import Table
@@ -180,14 +184,34 @@ def train(
         f"[bold]{model.method}[/] on {ds.name} (n={out['n']}, d={out['d']}, m={out['m']}), "
         f"C={cfg.C:g} gamma={cfg.gamma:g} k={cfg.k}"
     )
+    if math.isnan(model.dual):
+        certificate = (
+            f"P = {model.primal:.8g} (nonconvex: no duality gap), "
+            f"|grad P| = {model.info.get('grad_norm', float('nan')):.3g}"
+        )
+    else:
+        certificate = (
+            f"P = {model.primal:.8g}, D = {model.dual:.8g}, relative gap = {model.relative_gap:.3g}"
+        )
     console.print(
         f"status {model.status} after {model.epochs} epochs, {model.train_seconds:.2f} s: "
-        f"P = {model.primal:.8g}, D = {model.dual:.8g}, relative gap = {model.relative_gap:.3g}"
+        + certificate
     )
     t = Table("split", *[f"top-{k} %" for k in ks])
     for split, vals in metrics.items():
         t.add_row(split, *[f"{100 * vals[f'top{k}']:.2f}" for k in ks])
     console.print(t)
+
+
+def _json_safe(obj):
+    """Replace non-finite floats by None, recursively."""
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
 
 
 @app.command(help="List the training methods (generated from the registry).")

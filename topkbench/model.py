@@ -247,38 +247,30 @@ def _fit_ent_tr(X, y, m, name, *, C, k, eps, max_epochs, seed, time_limit, eval_
         time_limit=time_limit, eval_every=eval_every, n_classes=m, warm_start=lr_warm,
         warn=warn,
     )  # fmt: skip
-    if k == 1:
-        res_W, primal, gnorm, iters, status, msg, secs, trace = (
-            start.W, start.primal, float("nan"), 0, start.status, "k = 1 is LR^Multi", 0.0,
-            [],
-        )  # fmt: skip
-    else:
-        r = solve_ent_tr(X, y, start.W, C=C, k=k, gtol=eps, max_iter=max(1, max_epochs))
-        res_W, primal, gnorm, iters, status, msg, secs, trace = (
-            r.W, r.primal, r.grad_norm, r.iterations, r.status, r.message, r.seconds, r.trace,
-        )  # fmt: skip
-        if status != "converged" and warn:
-            warnings.warn(
-                f"top-k Ent_tr L-BFGS stopped on {status} after {iters} iterations "
-                f"({msg}); the result is the best point found",
-                ConvergenceWarning,
-                stacklevel=3,
-            )
+    # for k = 1 (LR^Multi) L-BFGS only confirms stationarity of the start
+    r = solve_ent_tr(X, y, start.W, C=C, k=k, gtol=eps, max_iter=max(1, max_epochs))
+    if r.status != "converged" and warn:
+        warnings.warn(
+            f"top-k Ent_tr L-BFGS stopped on {r.status} after {r.iterations} iterations "
+            f"({r.message}); the result is the best point found",
+            ConvergenceWarning,
+            stacklevel=3,
+        )
     return Model(
         method=name,
         params={"C": C, "k": k, "gamma": 0.0, "eps": eps, "seed": seed},
-        W=res_W,
+        W=r.W,
         A=start.A,
-        primal=primal,
+        primal=r.primal,
         dual=float("nan"),
         relative_gap=float("nan"),
-        status=status,
-        epochs=iters,
-        train_seconds=start.train_seconds + secs,
-        trace=trace,
+        status=r.status,
+        epochs=r.iterations,
+        train_seconds=start.train_seconds + r.seconds,
+        trace=r.trace,
         info={
-            "grad_norm": gnorm,
-            "lbfgs_message": msg,
+            "grad_norm": r.grad_norm,
+            "lbfgs_message": r.message,
             "init_method": "lr_multi",
             "init_primal": start.primal,
             "init_relative_gap": start.relative_gap,
