@@ -52,7 +52,9 @@ def test_sweep_writes_every_record_and_resumes_from_cache(tmp_path):
     assert len(recs) == n_expected
     assert recs["key"].is_unique
     assert (recs["status"] == "converged").all()
-    assert (recs["relative_gap"] <= exp.eps).all()
+    convex = recs["method"] != "topk_ent_tr"  # nonconvex: no gap (NaN), see report footnote
+    assert (recs.loc[convex, "relative_gap"] <= exp.eps).all()
+    assert recs.loc[~convex, "relative_gap"].isna().all()
     again = run_sweep(exp)
     assert sum(s.done for s in again) == 0
     assert sum(s.cached for s in again) == n_expected

@@ -77,6 +77,8 @@ class SweepRow:
     method: str
     gamma: float = 0.0
     k: int = 1
+    block: str = ""  # "" = the paper's table; other names are extra report blocks
+    paper_row: str = ""  # published row to print beside this one (default: ``row``)
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,7 @@ class ExperimentConfig:
     published: str | None = None
     results_dir: str = "results"
     n_jobs: int = 1
+    blocks: tuple[tuple[str, str], ...] = ()  # extra report blocks: (name, title)
 
     @classmethod
     def from_dict(cls, root: dict[str, Any]) -> ExperimentConfig:
@@ -111,6 +114,16 @@ class ExperimentConfig:
         rows = tuple(SweepRow(**r) for r in exp["rows"])
         if len({r.row for r in rows}) != len(rows):
             raise ConfigError(f"experiment {exp['name']}: duplicate row labels")
+        blocks = tuple((str(k), str(v)) for k, v in (exp.get("blocks") or {}).items())
+        from topkbench.losses.registry import get_method
+
+        for r in rows:
+            get_method(r.method)  # unknown methods fail before any work starts
+            if r.block and r.block not in dict(blocks):
+                raise ConfigError(
+                    f"experiment {exp['name']}: row {r.row!r} names block {r.block!r}, "
+                    f"which is not declared under 'blocks:' ({', '.join(dict(blocks)) or 'none'})"
+                )
         return cls(
             name=str(exp["name"]),
             title=str(exp.get("title", exp["name"])),
@@ -128,4 +141,5 @@ class ExperimentConfig:
             published=exp.get("published"),
             results_dir=str(root.get("results_dir", "results")),
             n_jobs=int(root.get("n_jobs", 1)),
+            blocks=blocks,
         )

@@ -61,6 +61,60 @@ def _fmt(x: float) -> str:
     return "—" if x is None or not np.isfinite(x) else f"{x:.1f}"
 
 
+def _summarize(row, block, paper_row, selected, published, ks) -> dict[str, object]:
+    """Mean, std, min, max over draws of the selected test accuracy, and the paper's value."""
+    entry: dict[str, object] = {"row": row, "block": block, "paper_row": paper_row}
+    for k in ks:
+        sel = selected[(selected["row"] == row) & (selected["k"] == k)] if len(selected) else []
+        paper = np.nan
+        if not published.empty:
+            hit = published[(published["row"] == paper_row) & (published["k"] == k)]
+            paper = float(hit["value"].iloc[0]) if len(hit) else np.nan
+        if len(sel):
+            t = sel["test"].to_numpy()
+            entry.update(
+                {
+                    f"top{k}_mean": t.mean(),
+                    f"top{k}_std": t.std(ddof=1) if len(t) > 1 else 0.0,
+                    f"top{k}_min": t.min(),
+                    f"top{k}_max": t.max(),
+                    f"top{k}_draws": len(t),
+                }
+            )
+        else:
+            entry.update({f"top{k}_mean": np.nan, f"top{k}_draws": 0})
+        entry[f"top{k}_paper"] = paper
+        entry[f"top{k}_diff"] = entry[f"top{k}_mean"] - paper
+    return entry
+
+
+def _render_block(title: str, table: pd.DataFrame, ks, extra: bool) -> list[str]:
+    header = ["Method"]
+    for k in ks:
+        paper = f"Top-{k} paper" + (" (row)" if extra else "")
+        header += [f"Top-{k} ours (mean ± std)", f"Top-{k} min–max", paper, "Δ"]
+    lines = [f"## {title}", "", "| " + " | ".join(header) + " |"]
+    lines.append("|" + "---|" * len(header))
+    for _, r in table.iterrows():
+        cells = [str(r["row"])]
+        for k in ks:
+            n = int(r.get(f"top{k}_draws", 0) or 0)
+            if n:
+                cells.append(f"{r[f'top{k}_mean']:.1f} ± {r[f'top{k}_std']:.1f}")
+                cells.append(f"{r[f'top{k}_min']:.1f}–{r[f'top{k}_max']:.1f}")
+            else:
+                cells += ["not run", ""]
+            paper = _fmt(r[f"top{k}_paper"])
+            if extra and np.isfinite(r[f"top{k}_paper"]):
+                paper += f" ({r['paper_row']})"
+            cells.append(paper)
+            d = r[f"top{k}_diff"]
+            cells.append("" if not np.isfinite(d) else f"{d:+.1f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    return lines
+
+
 def build_report(exp: ExperimentConfig) -> TableReport:
     store = RecordStore(exp.results_dir, exp.name)
     records = store.load()
@@ -71,62 +125,30 @@ def build_report(exp: ExperimentConfig) -> TableReport:
         )
     selected = select_per_k(records, exp.ks, exp.selection)
     published = load_published(exp.published) if exp.published else pd.DataFrame()
-    row_order = [r.row for r in exp.rows]
+    row_specs = {r.row: r for r in exp.rows}
+    main = [r.row for r in exp.rows if not r.block]
     if not published.empty:
-        row_order += [r for r in published["row"].unique() if r not in row_order]
+        main += [r for r in published["row"].unique() if r not in row_specs]
+    blocks = [(exp.title, "", main)]
+    for name, title in exp.blocks:
+        blocks.append((title, name, [r.row for r in exp.rows if r.block == name]))
     rows = []
-    for row in row_order:
-        entry: dict[str, object] = {"row": row}
-        for k in exp.ks:
-            sel = selected[(selected["row"] == row) & (selected["k"] == k)] if len(selected) else []
-            paper = np.nan
-            if not published.empty:
-                hit = published[(published["row"] == row) & (published["k"] == k)]
-                paper = float(hit["value"].iloc[0]) if len(hit) else np.nan
-            if len(sel):
-                t = sel["test"].to_numpy()
-                entry.update(
-                    {
-                        f"top{k}_mean": t.mean(),
-                        f"top{k}_std": t.std(ddof=1) if len(t) > 1 else 0.0,
-                        f"top{k}_min": t.min(),
-                        f"top{k}_max": t.max(),
-                        f"top{k}_draws": len(t),
-                    }
-                )
-            else:
-                entry.update({f"top{k}_mean": np.nan, f"top{k}_draws": 0})
-            entry[f"top{k}_paper"] = paper
-            entry[f"top{k}_diff"] = entry[f"top{k}_mean"] - paper
-        rows.append(entry)
+    for _, block, names in blocks:
+        for row in names:
+            spec = row_specs.get(row)
+            paper_row = spec.paper_row if spec is not None and spec.paper_row else row
+            rows.append(_summarize(row, block, paper_row, selected, published, exp.ks))
     table = pd.DataFrame(rows)
 
-    header = ["Method"]
-    for k in exp.ks:
-        header += [f"Top-{k} ours (mean ± std)", f"Top-{k} min–max", f"Top-{k} paper", "Δ"]
-    lines = [f"## {exp.title}", "", "| " + " | ".join(header) + " |"]
-    lines.append("|" + "---|" * len(header))
-    for _, r in table.iterrows():
-        cells = [str(r["row"])]
-        for k in exp.ks:
-            n = int(r.get(f"top{k}_draws", 0) or 0)
-            if n:
-                cells.append(f"{r[f'top{k}_mean']:.1f} ± {r[f'top{k}_std']:.1f}")
-                cells.append(f"{r[f'top{k}_min']:.1f}–{r[f'top{k}_max']:.1f}")
-            else:
-                cells += ["not run", ""]
-            cells.append(_fmt(r[f"top{k}_paper"]))
-            d = r[f"top{k}_diff"]
-            cells.append("" if not np.isfinite(d) else f"{d:+.1f}")
-        lines.append("| " + " | ".join(cells) + " |")
-
+    lines = []
+    for title, block, _ in blocks:
+        lines += _render_block(title, table[table["block"] == block], exp.ks, bool(block))
     n_rec = len(records)
     n_conv = int((records["status"] == "converged").sum())
     n_sel = len(selected)
     n_sel_conv = int((selected["status"] == "converged").sum()) if n_sel else 0
     draws = sorted(records["draw"].unique())
     lines += [
-        "",
         f"Test accuracy (%) of the C selected per column on the {exp.selection} split, over "
         f"{len(draws)} draw(s) (data seeds {exp.seed}..{exp.seed + len(draws) - 1}); "
         "std is the sample std across draws; Δ = our mean − paper.",
@@ -140,6 +162,20 @@ def build_report(exp: ExperimentConfig) -> TableReport:
         ),
         "Rows marked 'not run' are in the paper but not in this experiment's method list.",
     ]
+    from topkbench.losses.registry import get_method
+
+    nonconvex = [r.row for r in exp.rows if get_method(r.method).solver == "lbfgs"]
+    if nonconvex:
+        lines.append(
+            f"{', '.join(nonconvex)}: nonconvex, L-BFGS from the LR^Multi solution at the same "
+            f"C until the largest gradient entry falls by ε = {exp.eps:g} (a local optimum; "
+            "no duality gap exists, its 'converged' means this gradient test)."
+        )
+    if exp.blocks:
+        lines.append(
+            "In extra blocks, the paper column shows the published value of the row named in "
+            "brackets, and Δ is our mean minus that value."
+        )
     if n_rec > n_conv:
         worst = records.loc[records["status"] != "converged"]
         lines.append(
