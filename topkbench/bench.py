@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from topkbench.errors import ConfigError
 from topkbench.losses.registry import get_method
 
 
@@ -25,10 +26,39 @@ def make_gaussian_problem(n: int, d: int, m: int, seed: int = 0):
     return np.ascontiguousarray(X), y.astype(np.int64)
 
 
+# (method, gamma, k): the losses whose epoch cost the issues set targets for, and the top-k ones
+DEFAULT_SDCA_METHODS: tuple[tuple[str, float, int], ...] = (
+    ("svm_multi", 0.0, 1),
+    ("svm_multi", 1.0, 1),
+    ("lr_multi", 0.0, 1),
+    ("svm_ova", 0.0, 1),
+    ("lr_ova", 0.0, 1),
+    ("topk_svm_alpha_pseudo", 0.0, 5),
+    ("topk_svm_alpha", 0.0, 5),
+    ("topk_svm_alpha", 1.0, 5),
+    ("topk_svm_beta", 0.0, 5),
+    ("topk_ent", 0.0, 5),
+)
+
+
+def parse_method_spec(text: str) -> tuple[str, float, int]:
+    """``name[:gamma[:k]]`` -> (name, gamma, k)."""
+    parts = text.split(":")
+    if not 1 <= len(parts) <= 3 or not parts[0]:
+        raise ConfigError(f"method spec {text!r} must look like name[:gamma[:k]]")
+    try:
+        gamma = float(parts[1]) if len(parts) > 1 else 0.0
+        k = int(parts[2]) if len(parts) > 2 else 1
+    except ValueError as exc:
+        raise ConfigError(f"method spec {text!r}: {exc}") from None
+    return get_method(parts[0]).name, gamma, k
+
+
 @dataclass
 class SDCABenchRow:
     method: str
     gamma: float
+    k: int
     n: int
     d: int
     m: int
@@ -44,11 +74,7 @@ def bench_sdca(
     n: int = 20_000,
     d: int = 128,
     m: int = 100,
-    methods: tuple[tuple[str, float], ...] = (
-        ("svm_multi", 0.0),
-        ("svm_multi", 1.0),
-        ("lr_multi", 0.0),
-    ),
+    methods: tuple[tuple[str, float, int], ...] | None = None,
     epochs: int = 5,
     C: float = 1.0,
     seed: int = 0,
@@ -56,22 +82,26 @@ def bench_sdca(
     from topkbench.kernels import sdca as _k
     from topkbench.solvers.sdca import evaluate_objective, relative_gap, row_sqnorms
 
+    if methods is None:
+        methods = DEFAULT_SDCA_METHODS
     X, y = make_gaussian_problem(n, d, m, seed)
     sq = row_sqnorms(X)
     # compile on a tiny problem of the same dtypes
     Xs, ys = make_gaussian_problem(20, 3, 4, seed)
-    for name, gamma in methods:
+    for name, gamma, _ in methods:
         spec = get_method(name)
         A = np.zeros((20, 4))
         W = np.zeros((3, 4))
         perms = np.arange(20, dtype=np.int64)[None, :]
         _k.sdca_epochs_dense(
-            Xs, ys, row_sqnorms(Xs), A, W, perms, spec.loss_id, C, gamma, 1, np.full(20, np.nan)
+            Xs, ys, row_sqnorms(Xs), A, W, perms, spec.loss_id, C, gamma, 2, np.full(20, np.nan)
         )
     rows = []
     rng = np.random.default_rng(seed)
-    for name, gamma in methods:
+    for name, gamma, k in methods:
         spec = get_method(name)
+        if spec.solver != "sdca":
+            raise ConfigError(f"bench sdca: {name} is not an SDCA method")
         A = np.zeros((n, m))
         W = np.zeros((d, m))
         times = []
@@ -79,14 +109,15 @@ def bench_sdca(
         for _ in range(epochs):
             perms = rng.permutation(n).astype(np.int64)[None, :]
             t0 = time.perf_counter()
-            _k.sdca_epochs_dense(X, y, sq, A, W, perms, spec.loss_id, C, gamma, 1, troots)
+            _k.sdca_epochs_dense(X, y, sq, A, W, perms, spec.loss_id, C, gamma, k, troots)
             times.append(time.perf_counter() - t0)
-        P, D = evaluate_objective(X, y, A, W, spec.loss_id, C, gamma, 1)
+        P, D = evaluate_objective(X, y, A, W, spec.loss_id, C, gamma, k)
         med = float(np.median(times))
         rows.append(
             SDCABenchRow(
                 name,
                 gamma,
+                k,
                 n,
                 d,
                 m,

@@ -322,25 +322,39 @@ def bench_sdca_cmd(
     epochs: int = typer.Option(5, help="epochs timed per method (median reported)"),
     C: float = typer.Option(1.0, help="C = 1/(lambda n)"),
     seed: int = typer.Option(0),
+    method: list[str] = typer.Option(
+        None,
+        "--method",
+        help="name[:gamma[:k]], repeatable (default: every SDCA loss, top-k ones at k = 5)",
+    ),
     out: Path = typer.Option(Path("results/bench/sdca.csv"), help="CSV output"),
 ) -> None:
     import pandas as pd
     from rich.console import Console
     from rich.table import Table
 
-    from topkbench.bench import bench_sdca
+    from topkbench.bench import bench_sdca, parse_method_spec
 
-    rows = bench_sdca(n=n, d=d, m=m, epochs=epochs, C=C, seed=seed)
+    methods = tuple(parse_method_spec(x) for x in method) if method else None
+    rows = bench_sdca(n=n, d=d, m=m, epochs=epochs, C=C, seed=seed, methods=methods)
     df = pd.DataFrame([r.__dict__ for r in rows])
     out.parent.mkdir(parents=True, exist_ok=True)
     df.to_csv(out, index=False)
     t = Table(
-        "method", "gamma", "n x d x m", "s/epoch (median)", "s/epoch (min)", "GFLOP/s", "gap after"
+        "method",
+        "gamma",
+        "k",
+        "n x d x m",
+        "s/epoch (median)",
+        "s/epoch (min)",
+        "GFLOP/s",
+        "gap after",
     )
     for r in rows:
         t.add_row(
             r.method,
             f"{r.gamma:g}",
+            str(r.k),
             f"{r.n}x{r.d}x{r.m}",
             f"{r.sec_per_epoch:.4f}",
             f"{r.sec_per_epoch_min:.4f}",

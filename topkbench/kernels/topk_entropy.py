@@ -169,24 +169,35 @@ def _ent_h(bs, u, kf, alpha, A, t):
 
 
 @njit(cache=True)
-def _ent_root_capped(bs, u, kf, alpha, A):
+def _ent_root_capped(bs, u, kf, alpha, A, t_guess):
     """Root of the decreasing ``h`` for ``u >= 1`` (bracketed, safeguarded Newton).
 
-    Returns ``(t, S, status)``.
+    ``t_guess`` (e.g. the root for the previous candidate u) seeds the bracket search and the
+    iteration.  Returns ``(t, S, status)``.
     """
     om = 1.0 - u / kf
     ao = alpha * om
-    lo = bs[u] - (ao + math.log(ao))
-    step = max(1.0, 1e-8 * abs(lo))
-    hi = lo + step
-    for _ in range(2000):
-        h, _, _ = _ent_h(bs, u, kf, alpha, A, hi)
-        if h < 0.0:
-            break
-        lo = hi
-        step *= 2.0
+    lo = bs[u] - (ao + math.log(ao))  # h(lo) > 0, see the module docstring
+    hi = math.inf
+    t = t_guess
+    if t > lo and t < math.inf:
+        h, _, _ = _ent_h(bs, u, kf, alpha, A, t)
+        if h > 0.0:
+            lo = t
+        else:
+            hi = t
+    if hi == math.inf:
+        step = max(1.0, 1e-8 * abs(lo))
         hi = lo + step
-    t = 0.5 * (lo + hi)
+        for _ in range(2000):
+            h, _, _ = _ent_h(bs, u, kf, alpha, A, hi)
+            if h < 0.0:
+                break
+            lo = hi
+            step *= 2.0
+            hi = lo + step
+    if not (lo < t < hi):
+        t = 0.5 * (lo + hi)
     tol = 8.0 * (bs.shape[0] + 2) * _EPS * alpha
     S = 0.0
     for _ in range(NEWTON_MAX_ITER):
@@ -241,11 +252,12 @@ def topk_ent_prox(b, alpha, k, out, vals, srt, t_start):
     best_v = math.inf
     best_t = 0.0
     best_s = 0.0
+    t = t0
     for u in range(1, min(k, n)):
         head += bs[u - 1]
         A = head / kf
         om = 1.0 - u / kf
-        t, S, st = _ent_root_capped(bs, u, kf, alpha, A)
+        t, S, st = _ent_root_capped(bs, u, kf, alpha, A, t)
         s_alpha = S / om  # alpha s
         cap = s_alpha / kf  # alpha s / k
         if cap > 0.0:
