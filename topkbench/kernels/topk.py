@@ -102,6 +102,26 @@ def _range_sum(bs, lo, hi):
 
 
 @njit(cache=True)
+def _max_clipped(bs, t, c):
+    v = bs[0] - t
+    if v > c:
+        v = c
+    return v if v > 0.0 else 0.0
+
+
+@njit(cache=True)
+def _sum_clipped(bs, t, c):
+    total = 0.0
+    for j in range(bs.shape[0]):
+        v = bs[j] - t
+        if v > c:
+            v = c
+        if v > 0.0:
+            total += v
+    return total
+
+
+@njit(cache=True)
 def cone_sweep_sorted(bs, k, rho, cmax):
     """Thresholds of the biased projection onto ``{x in top-k cone, <1,x> <= k cmax}``.
 
@@ -170,7 +190,11 @@ def cone_sweep_sorted(bs, k, rho, cmax):
     c = (km * bm + nm * bu) / (rho * kf * kf * nm + km * km + u * nm)
     c = min(max(c, c_cur), cmax)
     t = (bm - km * c) / nm
-    return t, c, kf * c
+    if c == cmax:
+        return t, c, kf * c
+    # s from the thresholds themselves: at a kink c_cur carries the sweep's rounding, and
+    # callers use s with t (the smoothed losses multiply its error by |t| / gamma)
+    return t, c, _sum_clipped(bs, t, c)
 
 
 @njit(cache=True)
@@ -221,28 +245,13 @@ def box_sweep_sorted(bs, cap, rho, smax, force_sum):
     s = smax
     if not force_sum:
         s = min(max(base / (1.0 + rho * nm), s_cur), smax)
-    t = (base - s) / nm
-    return t, cap, s
-
-
-@njit(cache=True)
-def _max_clipped(bs, t, c):
-    v = bs[0] - t
-    if v > c:
-        v = c
-    return v if v > 0.0 else 0.0
-
-
-@njit(cache=True)
-def _sum_clipped(bs, t, c):
-    total = 0.0
-    for j in range(bs.shape[0]):
-        v = bs[j] - t
-        if v > c:
-            v = c
-        if v > 0.0:
-            total += v
-    return total
+    if s == smax:
+        return (base - s) / nm, cap, s
+    # sum constraint inactive: the KKT multiplier is exactly t = rho s.  (The piece formula
+    # gives the same t in exact arithmetic, but at a kink it lands on a breakpoint b_j and
+    # rounding then leaves a spurious p_j ~ eps |b_j|, which the smoothed losses divide by gamma.)
+    t = rho * s
+    return t, cap, _sum_clipped(bs, t, cap)
 
 
 @njit(cache=True)

@@ -65,8 +65,10 @@ def solve_ent_tr(
     """L-BFGS on the truncated top-k entropy objective from ``W0`` (d x m).
 
     Stops when the largest gradient component of ``P(W)`` relative to that at ``W0`` falls
-    below ``gtol`` ("converged"), when L-BFGS can make no more progress ("line_search",
-    typically at a kink of the loss), or after ``max_iter`` iterations ("max_iter").
+    below ``gtol`` ("converged"), when the objective stops changing at rounding level before
+    that ("stalled": gtol below what double precision resolves, seen for gtol <~ 1e-7), when
+    the line search fails ("line_search", typically at a kink of the loss), or after
+    ``max_iter`` iterations ("max_iter").
     """
     d, m = W0.shape
     n = X.shape[0]
@@ -112,6 +114,8 @@ def solve_ent_tr(
         status = "converged"
     elif res.nit >= max_iter:
         status = "max_iter"
+    elif "REL_REDUCTION_OF_F" in str(res.message):
+        status = "stalled"  # f no longer changes at rounding level; gtol was out of reach
     else:
         status = "line_search"
     return EntTrResult(
