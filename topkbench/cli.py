@@ -147,6 +147,8 @@ def train(
             eval_every=cfg.eval_every,
             seed=cfg.seed,
             n_classes=ds.n_classes,
+            kernel=None if cfg.kernel == "linear" else cfg.kernel,
+            theta=cfg.theta,
         )
     for w in caught:
         log.warning("%s", w.message)
@@ -158,7 +160,7 @@ def train(
     out = {
         "dataset": ds.name,
         "method": model.method,
-        "params": model.params,
+        "params": {**model.params, "kernel": cfg.kernel, "theta": cfg.theta},
         "n": int(Xtr.shape[0]),
         "d": int(Xtr.shape[1]),
         "m": int(ds.n_classes),

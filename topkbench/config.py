@@ -48,6 +48,8 @@ class TrainConfig:
     eval_every: int = 1
     seed: int = 0
     topk: tuple[int, ...] = (1, 2, 3, 5, 10)
+    kernel: str = "linear"
+    theta: float | None = None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
@@ -64,6 +66,8 @@ class TrainConfig:
                 eval_every=d.get("eval_every", 1),
                 seed=int(d["seed"]),
                 topk=tuple(int(v) for v in d.get("topk", (1, 2, 3, 5, 10))),
+                kernel=str(d.get("kernel") or "linear"),
+                theta=d.get("theta"),
             )
         except KeyError as exc:
             raise ConfigError(f"missing config key {exc.args[0]!r}") from None
