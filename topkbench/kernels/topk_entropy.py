@@ -220,12 +220,27 @@ def _ent_root_capped(bs, u, kf, alpha, A, t_guess):
 
 @njit(cache=True)
 def topk_ent_prox(b, alpha, k, out, vals, srt, t_start):
-    """Solve eq. (11) for ``b`` (length n), writing ``x`` into ``out``.
+    """Solve eq. (11) for ``b`` (length n), writing ``x`` into ``out`` (``out`` may be ``b``).
 
     ``vals``, ``srt`` are scratch arrays (length >= n); ``t_start`` warm-starts the ``u = 0``
     root (NaN for none).  Returns ``(t0, status)`` where ``t0`` is the ``u = 0`` root (to be
-    kept as the next warm start) or NaN.
+    kept as the next warm start) or NaN.  When ``1 - s`` is below rounding level (huge b) the
+    computed ``sum x`` can exceed 1 by a few ulps; ``x`` is then scaled onto ``sum x = 1``
+    (which keeps every cap ``x_j <= s/k``), so the result is always in the domain.
     """
+    t0, status = _topk_ent_prox_raw(b, alpha, k, out, vals, srt, t_start)
+    n = b.shape[0]
+    total = 0.0
+    for j in range(n):
+        total += out[j]
+    if total > 1.0:
+        for j in range(n):
+            out[j] /= total
+    return t0, status
+
+
+@njit(cache=True)
+def _topk_ent_prox_raw(b, alpha, k, out, vals, srt, t_start):
     n = b.shape[0]
     kf = float(k)
     if alpha < ALPHA_TINY:
