@@ -37,7 +37,11 @@ by doubling steps (``h -> -alpha`` as ``t -> inf``).  Derivatives: ``S' = -sum_M
 order and the consistent one is optimal (strict convexity).  ``u = k`` (``n = k``) has
 ``x = (s/k) 1`` and ``s = sigmoid(w)`` with ``w + alpha (1 + 1/k) sigmoid(w) - B/k - log k =
 0``, the logistic dual equation.  As ``alpha -> 0`` the prox becomes the maximizer of Prop. 17
-with ``a = b``, which is used below ``alpha = 1e-100`` (zero-norm examples, DESIGN §4.3).
+with ``a = b``, which is used below ``alpha = 1e-16`` (see ``ALPHA_TINY``; this also covers
+zero-norm examples, DESIGN §4.3).  For the capped candidates Newton runs on
+``log(h(t) + alpha) - log(alpha)``, which is nearly linear in t where V behaves like exp
+(small alpha) and keeps the bracket otherwise; plain Newton on h moves by about one unit of t
+per step there.
 """
 
 from __future__ import annotations
@@ -58,7 +62,10 @@ from topkbench.kernels.roots import (
 )
 from topkbench.kernels.topk import sort_descending
 
-ALPHA_TINY = 1e-100
+# Below this alpha the prox is the alpha = 0 solution (Prop. 17 with a = b) to double precision:
+# the alpha-terms enter the stationarity conditions as alpha x_j and alpha (1 - s), both at most
+# alpha, so they move every log x_j (and log(1 - s)) by less than 2 alpha < eps relative.
+ALPHA_TINY = 1e-16
 _EPS = 2.220446049250313e-16
 _CONSISTENCY_TOL = 1e-10
 
@@ -208,7 +215,9 @@ def _ent_root_capped(bs, u, kf, alpha, A, t_guess):
             lo = t
         else:
             hi = t
-        t_new = t - h / hp if hp < 0.0 else 0.5 * (lo + hi)
+        # Newton on H(t) = log(h + alpha) - log(alpha); h + alpha > 0, H' = h' / (h + alpha)
+        ha = h + alpha
+        t_new = t - math.log(ha / alpha) * ha / hp if hp < 0.0 and ha > 0.0 else 0.5 * (lo + hi)
         if not (lo < t_new < hi):
             t_new = 0.5 * (lo + hi)
         if abs(t_new - t) <= 4.0 * _EPS * max(1.0, abs(t)):
