@@ -14,7 +14,7 @@ from hypothesis.extra import numpy as hnp
 from reference import V_reference
 from scipy.optimize import brentq
 
-from topkbench.kernels.sdca import STATUS_OK, _entropic_root, _logistic_dual_root
+from topkbench.kernels.roots import STATUS_OK, _entropic_root, _logistic_dual_root
 
 
 def softmax_prox_reference(b, alpha):

@@ -51,13 +51,7 @@ import numpy as np
 from numba import njit
 
 from topkbench.kernels.projections import simplex_biased_threshold
-from topkbench.kernels.roots import (  # noqa: F401  (re-exported for tests)
-    STATUS_OK,
-    STATUS_ROOT_NOT_CONVERGED,
-    _entropic_root,
-    _logistic_dual_root,
-    _sigmoid,
-)
+from topkbench.kernels.roots import STATUS_OK, _logistic_dual_root, _sigmoid
 from topkbench.kernels.topk import (
     SET_ALPHA,
     SET_BETA,
@@ -167,18 +161,13 @@ def update_block(loss, y, s, a, kii, C, gamma, k, out, work, vals, srt, idx, tro
             kk = 1 if loss == LOSS_LR_MULTI else k
             t0, status = topk_ent_prox(b, C * kii, kk, b, vals, srt, troots[i])
             troots[i] = t0
+            # the prox keeps <1, x> <= 1 (it rescales rounding excess itself)
             total = 0.0
-            for p in range(m - 1):
-                total += b[p]
-            scale = C
-            if total > 1.0:
-                # guard against rounding past the simplex boundary
-                scale = C / total
-                total = 1.0
             p = 0
             for j in range(m):
                 if j != y:
-                    out[j] = -scale * b[p]
+                    out[j] = -C * b[p]
+                    total += b[p]
                     p += 1
             out[y] = C * total
     elif loss == LOSS_SVM_OVA:
@@ -213,6 +202,20 @@ def update_block(loss, y, s, a, kii, C, gamma, k, out, work, vals, srt, idx, tro
 
 
 @njit(cache=True)
+def _scratch(m):
+    """Per-call scratch of the epoch kernels (allocated once per call, not per example):
+    scores, new block, and the ``work``, ``vals``, ``srt``, ``idx`` arrays of update_block."""
+    return (
+        np.empty(m),
+        np.empty(m),
+        np.empty(m),
+        np.empty(m),
+        np.empty(m),
+        np.empty(m, dtype=np.int64),
+    )
+
+
+@njit(cache=True)
 def _store_block(A, i, new, delta):
     """``A[i] = new``; ``delta = new - old``.  Returns whether anything changed."""
     changed = False
@@ -236,12 +239,7 @@ def sdca_epochs_dense(X, y, sqnorms, A, W, perms, loss, C, gamma, k, troots):
     n_epochs = perms.shape[0]
     d = X.shape[1]
     m = W.shape[1]
-    s = np.empty(m)
-    new = np.empty(m)
-    work = np.empty(m)
-    vals = np.empty(m)
-    srt = np.empty(m)
-    idx = np.empty(m, dtype=np.int64)
+    s, new, work, vals, srt, idx = _scratch(m)
     failures = 0
     for e in range(n_epochs):
         for p in range(perms.shape[1]):
@@ -286,12 +284,7 @@ def sdca_epochs_csr(indptr, indices, data, y, sqnorms, A, W, perms, loss, C, gam
     """As :func:`sdca_epochs_dense` for CSR features (``indptr``, ``indices``, ``data``)."""
     n_epochs = perms.shape[0]
     m = W.shape[1]
-    s = np.empty(m)
-    new = np.empty(m)
-    work = np.empty(m)
-    vals = np.empty(m)
-    srt = np.empty(m)
-    idx = np.empty(m, dtype=np.int64)
+    s, new, work, vals, srt, idx = _scratch(m)
     failures = 0
     for e in range(n_epochs):
         for p in range(perms.shape[1]):
@@ -343,12 +336,7 @@ def sdca_epochs_gram(K, y, A, perms, loss, C, gamma, k, troots):
     n_epochs = perms.shape[0]
     n = K.shape[0]
     m = A.shape[1]
-    s = np.empty(m)
-    new = np.empty(m)
-    work = np.empty(m)
-    vals = np.empty(m)
-    srt = np.empty(m)
-    idx = np.empty(m, dtype=np.int64)
+    s, new, work, vals, srt, idx = _scratch(m)
     failures = 0
     for e in range(n_epochs):
         for p in range(perms.shape[1]):

@@ -257,7 +257,6 @@ def box_sweep_sorted(bs, cap, rho, smax, force_sum):
 @njit(cache=True)
 def topk_threshold_sorted(kind, bs, k, rho, r):
     """Thresholds ``(t, c, s)`` of the biased projection onto the set ``kind`` of radius r."""
-    n = bs.shape[0]
     if kind == SET_ALPHA:
         return cone_sweep_sorted(bs, k, rho, r / k)
     if kind == SET_CONE:
@@ -273,9 +272,7 @@ def topk_threshold_sorted(kind, bs, k, rho, r):
     t, c, s = cone_sweep_sorted(bs, k - 1, rho, _INF)
     mx = _max_clipped(bs, t, c)
     if mx <= (r / k) * (1.0 + tol) and s <= r * (1.0 + tol):
-        if n > 0 and s > r:
-            s = r
-        return t, c, s
+        return t, c, min(s, r)
     return box_sweep_sorted(bs, r / k, 0.0, r * (k - 1) / k, True)
 
 
