@@ -12,6 +12,8 @@ import numpy as np
 
 from topkbench.errors import ConfigError
 
+DOC_KEYS = frozenset({"title", "paper", "description"})
+
 
 @dataclass(frozen=True)
 class DatasetConfig:
@@ -31,6 +33,17 @@ class DatasetConfig:
 
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, **dict(self.options)}
+
+    def spec_dict(self) -> dict[str, Any]:
+        """What determines the data (for record keys): no titles, notes or download URLs."""
+        out = {k: v for k, v in self.as_dict().items() if k not in DOC_KEYS}
+        files = out.get("files")
+        if isinstance(files, dict):
+            out["files"] = {
+                s: {k: v for k, v in e.items() if k != "url"} if isinstance(e, dict) else e
+                for s, e in files.items()
+            }
+        return out
 
 
 @dataclass(frozen=True)

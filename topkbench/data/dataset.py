@@ -1,14 +1,41 @@
-"""The dataset object every loader returns, and the dispatcher from a DatasetConfig."""
+"""The dataset object every loader returns, and the dispatcher from a DatasetConfig.
+
+Dataset kinds (``kind:`` in ``conf/dataset/*.yaml``, DESIGN §6):
+
+* ``circle``   — the synthetic circle of TPAMI §6.1 (Table 3).
+* ``gaussian`` — Gaussian classes (a Letter-shaped stand-in for benchmarks and smoke tests).
+* ``libsvm``   — LibSVM/SVMlight text files, one per split (``files: {train: ..., test: ...}``).
+* ``mat``      — a MATLAB file with ``<split>_data`` / ``<split>_labels`` (Caltech101 Silhouettes).
+* ``features`` — precomputed features (HDF5, ``.npz``, ``.npy``; layout in ``data.features``).
+
+Options shared by the file kinds:
+
+* ``files``: split name -> file name (resolved under the data directory, see :func:`data_dir`)
+  or ``{file: ..., url: ..., sha256: ...}`` (the registry form, used by ``topkbench data``).
+  ``.npy`` features take ``{file: X.npy, labels: y.npy}``.
+* ``holdout: {source: all, test_fraction: 0.5, seed: 0}`` — split one file into stratified
+  train/test parts with a fixed seed (ALOI, TPAMI §6.2), independent of the run seed.
+* ``pca: nonsingular`` or an integer — PCA fitted on train (News20, :mod:`topkbench.data.pca`).
+* ``bias``: value of an appended constant feature (0 = none, DESIGN §2).
+
+Every check raises :class:`DataFormatError` naming the file: NaN/Inf features, splits with
+different feature counts (LibSVM files are widened to the largest index instead, since the
+format omits trailing zeros), empty files, labels that are not integers, and a training split
+without some class that occurs in another split.
+"""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
 from topkbench.config import DatasetConfig
-from topkbench.errors import ConfigError
+from topkbench.errors import ConfigError, DataFormatError, DatasetNotFoundError
 
 
 @dataclass
@@ -20,25 +47,250 @@ class Dataset:
     n_classes: int
     label_names: list[str]
     provenance: dict[str, Any] = field(default_factory=dict)
+    image_ids: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def n_features(self) -> int:
         return next(iter(self.splits.values()))[0].shape[1]
 
 
-DATASET_KINDS = ("circle",)
+DATASET_KINDS = ("circle", "gaussian", "libsvm", "mat", "features")
+SPLIT_ORDER = ("train", "val", "test")
+
+
+def data_dir() -> Path:
+    """``$TOPKBENCH_DATA`` if set, else ``datasets/`` of the checkout (or of the cwd)."""
+    env = os.environ.get("TOPKBENCH_DATA")
+    if env:
+        return Path(env).expanduser().resolve()
+    repo = Path(__file__).resolve().parents[2] / "datasets"
+    return repo if repo.is_dir() else Path.cwd() / "datasets"
+
+
+def file_entries(cfg: DatasetConfig) -> dict[str, dict[str, Any]]:
+    """The ``files:`` option as ``split -> {file, url, sha256, ...}``."""
+    files = cfg.get("files") or {}
+    if not isinstance(files, dict):
+        raise ConfigError(f"dataset {cfg.name}: 'files' must map split names to files")
+    out = {}
+    for split, entry in files.items():
+        if entry is None:
+            continue
+        out[str(split)] = {"file": entry} if isinstance(entry, str) else dict(entry)
+        if not out[str(split)].get("file"):
+            raise ConfigError(f"dataset {cfg.name}: files.{split} needs a 'file'")
+    return out
+
+
+def resolve_path(cfg: DatasetConfig, name: str) -> Path:
+    """An absolute path, a path existing relative to the cwd, or ``data_dir()/<dataset>/name``."""
+    p = Path(name).expanduser()
+    if p.is_absolute() or p.exists():
+        return p
+    return data_dir() / cfg.name / name
+
+
+def missing_files(cfg: DatasetConfig) -> list[Path]:
+    """Files of ``cfg`` that are not on disk (empty for generated datasets)."""
+    out = []
+    for entry in file_entries(cfg).values():
+        for key in ("file", "labels"):
+            if entry.get(key) and not resolve_path(cfg, entry[key]).exists():
+                out.append(resolve_path(cfg, entry[key]))
+    return out
 
 
 def append_bias(X, value: float):
     """Append a constant feature ``value`` (DESIGN §2: no bias term unless a config asks)."""
     if value == 0.0:
         return X
-    import scipy.sparse as sp
-
     if sp.issparse(X):
         col = sp.csr_matrix(np.full((X.shape[0], 1), value))
         return sp.hstack([X, col], format="csr")
     return np.hstack([X, np.full((X.shape[0], 1), value)])
+
+
+def stratified_holdout(y: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Row indices (keep, held out): ``round(fraction * n_c)`` of each class held out."""
+    rng = np.random.default_rng(seed)
+    keep, out = [], []
+    for c in np.unique(y):
+        idx = np.flatnonzero(y == c)
+        rng.shuffle(idx)
+        h = int(round(fraction * len(idx)))
+        out.append(idx[:h])
+        keep.append(idx[h:])
+    return np.sort(np.concatenate(keep)), np.sort(np.concatenate(out))
+
+
+def stratified_folds(y: np.ndarray, n_folds: int, seed: int) -> np.ndarray:
+    """Fold id (0..n_folds-1) of every example; each class is spread evenly over the folds."""
+    rng = np.random.default_rng(seed)
+    fold = np.empty(len(y), dtype=np.int64)
+    offset = 0
+    for c in np.unique(y):
+        idx = np.flatnonzero(y == c)
+        rng.shuffle(idx)
+        fold[idx] = (np.arange(len(idx)) + offset) % n_folds
+        offset += len(idx)  # continue the round robin so small classes do not all start at 0
+    return fold
+
+
+def _check_finite(X, source: str) -> None:
+    vals = X.data if sp.issparse(X) else X
+    bad = ~np.isfinite(vals)
+    if bad.any():
+        if sp.issparse(X):
+            pos = int(np.flatnonzero(bad)[0])
+            row = int(np.searchsorted(X.indptr, pos, side="right") - 1)
+            col, v = int(X.indices[pos]), vals[pos]
+        else:
+            row, col = (int(t) for t in np.argwhere(bad)[0])
+            v = X[row, col]
+        raise DataFormatError(
+            source,
+            f"feature value {v} at example {row + 1}, feature {col + 1}; "
+            "features must be finite (no NaN or Inf)",
+        )
+
+
+def assemble(
+    cfg: DatasetConfig,
+    raw: dict[str, tuple[Any, np.ndarray, str]],
+    names: list[str] | None = None,
+    provenance: dict[str, Any] | None = None,
+    image_ids: dict[str, np.ndarray] | None = None,
+) -> Dataset:
+    """Checks, label encoding and preprocessing shared by the file kinds.
+
+    ``raw`` maps a split to ``(X, raw integer labels, source file)``.
+    """
+    provenance = dict(provenance or {})
+    image_ids = dict(image_ids or {})
+    for split, (X, _, src) in raw.items():
+        if X.shape[0] == 0:
+            raise DataFormatError(src, f"split {split!r} has no examples")
+        _check_finite(X, src)
+    holdout = cfg.get("holdout")
+    if holdout:
+        source = str(holdout.get("source", "all"))
+        if source not in raw:
+            raise ConfigError(
+                f"dataset {cfg.name}: holdout source split {source!r} is not in files"
+            )
+        X, y, src = raw.pop(source)
+        frac, hseed = float(holdout.get("test_fraction", 0.5)), int(holdout.get("seed", 0))
+        keep, out = stratified_holdout(y, frac, hseed)
+        raw["train"] = (X[keep], y[keep], src)
+        raw["test"] = (X[out], y[out], src)
+        if source in image_ids:
+            ids = image_ids.pop(source)
+            image_ids["train"], image_ids["test"] = ids[keep], ids[out]
+        provenance["holdout"] = f"stratified {frac:g} of {source} to test, seed {hseed}"
+    if "train" not in raw:
+        raise ConfigError(f"dataset {cfg.name}: no 'train' split (have {', '.join(raw)})")
+    # common width: LibSVM omits trailing zero features, so widen sparse splits
+    widths = {s: X.shape[1] for s, (X, _, _) in raw.items()}
+    d = max(widths.values())
+    for s, (X, y, src) in list(raw.items()):
+        if X.shape[1] != d:
+            if not sp.issparse(X):
+                raise DataFormatError(
+                    src, f"split {s!r} has {X.shape[1]} features but other splits have {d}"
+                )
+            raw[s] = (sp.csr_matrix((X.data, X.indices, X.indptr), shape=(X.shape[0], d)), y, src)
+    classes = np.unique(np.concatenate([y for _, y, _ in raw.values()]))
+    codes = {s: np.searchsorted(classes, y) for s, (_, y, _) in raw.items()}
+    missing = np.setdiff1d(np.arange(len(classes)), codes["train"])
+    if len(missing):
+        shown = ", ".join(str(classes[j]) for j in missing[:10])
+        raise DataFormatError(
+            raw["train"][2],
+            f"the training split has no example of {len(missing)} class(es) that occur in "
+            f"other splits: {shown}{' ...' if len(missing) > 10 else ''}",
+        )
+    if names is not None and len(names) == len(classes):
+        label_names = [str(n) for n in names]
+    elif names is not None and len(names) >= classes.max() and classes.min() >= 1:
+        label_names = [str(names[int(c) - 1]) for c in classes]  # 1-based (MATLAB) labels
+    else:
+        label_names = [str(c) for c in classes]
+    splits = {s: (raw[s][0], codes[s]) for s in SPLIT_ORDER if s in raw}
+    splits.update({s: (raw[s][0], codes[s]) for s in raw if s not in splits})
+    pca = cfg.get("pca")
+    if pca:
+        from topkbench.data.pca import gram_pca
+
+        others = [s for s in splits if s != "train"]
+        n_comp = None if str(pca) == "nonsingular" else int(pca)
+        Ztr, Zo, ev = gram_pca(splits["train"][0], [splits[s][0] for s in others], n_comp)
+        splits["train"] = (Ztr, splits["train"][1])
+        for s, Z in zip(others, Zo, strict=True):
+            splits[s] = (Z, splits[s][1])
+        provenance["pca"] = f"{len(ev)} components fitted on train ({pca})"
+    bias = float(cfg.get("bias", 0.0))
+    splits = {s: (append_bias(X, bias), y) for s, (X, y) in splits.items()}
+    return Dataset(cfg.name, splits, len(classes), label_names, provenance, image_ids)
+
+
+def _load_libsvm(cfg: DatasetConfig) -> Dataset:
+    from topkbench.data.libsvm import read_libsvm
+
+    raw = {}
+    for split, entry in file_entries(cfg).items():
+        path = resolve_path(cfg, entry["file"])
+        data = read_libsvm(path, zero_based=bool(cfg.get("zero_based", False)))
+        if any(len(labs) != 1 for labs in data.labels):
+            i = next(i for i, labs in enumerate(data.labels) if len(labs) != 1)
+            raise DataFormatError(
+                str(path),
+                f"multiclass data expected, but example {i + 1} has {len(data.labels[i])} labels",
+            )
+        y = np.array([labs[0] for labs in data.labels], dtype=np.int64)
+        raw[split] = (data.X, y, str(path))
+    return assemble(cfg, raw, provenance={"files": {s: r[2] for s, r in raw.items()}})
+
+
+def _load_mat(cfg: DatasetConfig) -> Dataset:
+    from topkbench.data.matlab import read_split_mat
+
+    entries = file_entries(cfg)
+    if len({e["file"] for e in entries.values()}) != 1:
+        raise ConfigError(f"dataset {cfg.name}: kind 'mat' reads all splits from one file")
+    path = resolve_path(cfg, next(iter(entries.values()))["file"])
+    prefixes = {s: str(e.get("prefix", s)) for s, e in entries.items()}
+    splits, names = read_split_mat(path, prefixes, names_var=cfg.get("names_var", "classnames"))
+    raw = {s: (X, y, str(path)) for s, (X, y) in splits.items()}
+    return assemble(cfg, raw, names, provenance={"file": str(path)})
+
+
+def _load_features(cfg: DatasetConfig) -> Dataset:
+    from topkbench.data.features import read_features
+
+    raw, ids, names, prov = {}, {}, None, {}
+    cache: dict[Path, Any] = {}
+    for split, entry in file_entries(cfg).items():
+        path = resolve_path(cfg, entry["file"])
+        labels = resolve_path(cfg, entry["labels"]) if entry.get("labels") else None
+        if path not in cache:
+            cache[path] = read_features(path, labels)
+        ff = cache[path]
+        names = names or ff.label_names
+        prov[split] = str(path)
+        if ff.splits:
+            if split not in ff.splits:
+                raise DataFormatError(
+                    str(path), f"no 'splits/{split}' index (the file has {', '.join(ff.splits)})"
+                )
+            idx = ff.splits[split]
+            raw[split] = (np.asarray(ff.X[idx]), ff.labels[idx], str(path))
+            if ff.image_ids is not None:
+                ids[split] = ff.image_ids[idx]
+        else:
+            raw[split] = (ff.X, ff.labels, str(path))
+            if ff.image_ids is not None:
+                ids[split] = ff.image_ids
+    return assemble(cfg, raw, names, provenance={"files": prov}, image_ids=ids)
 
 
 def load_dataset(cfg: DatasetConfig, seed: int) -> Dataset:
@@ -60,6 +312,37 @@ def load_dataset(cfg: DatasetConfig, seed: int) -> Dataset:
             label_names=["class 1", "class 2", "class 3"],
             provenance={"generator": "circle (DESIGN §6.1)", "seed": seed},
         )
+    if cfg.kind == "gaussian":
+        from topkbench.data.synthetic import make_gaussian
+
+        m = int(cfg.get("n_classes", 26))
+        splits = make_gaussian(
+            seed,
+            n_train=int(cfg.get("n_train", 10_500)),
+            n_val=int(cfg.get("n_val", 4_500)),
+            n_test=int(cfg.get("n_test", 5_000)),
+            n_features=int(cfg.get("n_features", 16)),
+            n_classes=m,
+            separation=float(cfg.get("separation", 1.0)),
+        )
+        bias = float(cfg.get("bias", 0.0))
+        return Dataset(
+            name=cfg.name,
+            splits={k: (append_bias(v.X, bias), v.y) for k, v in splits.items() if len(v.y)},
+            n_classes=m,
+            label_names=[f"class {j + 1}" for j in range(m)],
+            provenance={"generator": "gaussian classes (data.synthetic)", "seed": seed},
+        )
+    loaders = {"libsvm": _load_libsvm, "mat": _load_mat, "features": _load_features}
+    if cfg.kind in loaders:
+        missing = missing_files(cfg)
+        if missing:
+            raise DatasetNotFoundError(
+                cfg.name,
+                [str(p) for p in missing],
+                hint=f"topkbench data fetch {cfg.name}   (or: topkbench data info {cfg.name})",
+            )
+        return loaders[cfg.kind](cfg)
     raise ConfigError(
         f"unknown dataset kind {cfg.kind!r}. Available kinds are: {', '.join(DATASET_KINDS)}"
     )

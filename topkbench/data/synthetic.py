@@ -58,3 +58,30 @@ def make_circle(
         "val": sample_circle(n_val, rng),
         "test": sample_circle(n_test, rng),
     }
+
+
+def make_gaussian(
+    seed: int,
+    n_train: int,
+    n_val: int,
+    n_test: int,
+    n_features: int,
+    n_classes: int,
+    separation: float = 1.0,
+) -> dict[str, Split]:
+    """Gaussian classes: a stand-in of a given shape (e.g. Letter: 10,500/4,500/5,000, d=16, m=26).
+
+    Class c has mean mu_c ~ N(0, separation^2 I_d) (drawn once from ``seed``) and covariance I;
+    labels are uniform.  ``separation`` sets the difficulty: on the Letter shape, LR^Multi at C = 1
+    reaches top-1 / top-3 test accuracy 67.8 / 88.0 % at 0.7 and 89.3 / 98.1 % at 1.0 (seed 0).
+    ``seed`` alone fixes all splits.
+    """
+    rng = np.random.default_rng(seed)
+    means = separation * rng.standard_normal((n_classes, n_features))
+
+    def draw(n: int) -> Split:
+        y = rng.integers(0, n_classes, size=n)
+        X = means[y] + rng.standard_normal((n, n_features))
+        return Split(X, y.astype(np.int64))
+
+    return {"train": draw(n_train), "val": draw(n_val), "test": draw(n_test)}

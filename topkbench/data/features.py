@@ -1,0 +1,156 @@
+"""Precomputed features (DESIGN §6.2): HDF5, ``.npz`` and ``.npy``.
+
+Layout (the same names in an HDF5 file and in an ``.npz`` archive)::
+
+    features      n x d float array (required)
+    labels        n integers (required; any integer values, mapped to 0..m-1 by the loader)
+    image_ids     n ids, integers or strings (optional: several region features per image,
+                  TPAMI §6.3 — image scores are the max over its regions)
+    label_names   names of the label values in sorted order (optional)
+    splits/train  row indices of each split (optional; HDF5 group ``splits`` or npz keys
+    splits/val    ``splits/train`` ...).  Without them, the file is one split and the
+    splits/test   registry names one file per split.
+
+A bare ``.npy`` holds only the feature matrix; its labels come from a second ``.npy`` (the
+registry's ``labels:`` entry).  ``.npy`` features are memory-mapped (read-only), so a large
+matrix is not copied into every worker process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from topkbench.errors import DataFormatError, DatasetNotFoundError
+
+FEATURE_SUFFIXES = (".h5", ".hdf5", ".npz", ".npy")
+
+
+@dataclass
+class FeatureFile:
+    X: np.ndarray
+    labels: np.ndarray
+    path: str
+    image_ids: np.ndarray | None = None
+    label_names: list[str] | None = None
+    splits: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def _labels(arr, path: str) -> np.ndarray:
+    arr = np.asarray(arr)
+    if arr.ndim == 2 and 1 in arr.shape:
+        arr = arr.ravel()
+    if arr.ndim != 1:
+        raise DataFormatError(path, f"'labels' must be a vector, has shape {arr.shape}")
+    if arr.dtype.kind == "f":
+        finite = np.isfinite(arr)
+        bad = ~finite | (arr != np.round(np.where(finite, arr, 0.0)))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise DataFormatError(
+                path, f"'labels' must be integers (row {i})", token=repr(float(arr[i]))
+            )
+    elif arr.dtype.kind not in "iub":
+        raise DataFormatError(path, f"'labels' must be integers, found dtype {arr.dtype}")
+    return arr.astype(np.int64)
+
+
+def _strings(arr) -> list[str]:
+    return [a.decode() if isinstance(a, bytes) else str(a) for a in np.asarray(arr).ravel()]
+
+
+def _check_matrix(X, path: str) -> None:
+    if X.ndim != 2:
+        raise DataFormatError(path, f"'features' must be an n x d matrix, has shape {X.shape}")
+    if X.dtype.kind not in "fiub":
+        raise DataFormatError(path, f"'features' must be numeric, found dtype {X.dtype}")
+
+
+def _finish(path: str, X, labels, image_ids, names, splits) -> FeatureFile:
+    _check_matrix(X, path)
+    y = _labels(labels, path)
+    if len(y) != X.shape[0]:
+        raise DataFormatError(path, f"'features' has {X.shape[0]} rows but 'labels' has {len(y)}")
+    ids = None
+    if image_ids is not None:
+        ids = np.asarray(image_ids)
+        if ids.dtype.kind in "SO":
+            ids = np.asarray(_strings(ids))
+        ids = ids.ravel()
+        if len(ids) != len(y):
+            raise DataFormatError(path, f"'image_ids' has {len(ids)} entries, expected {len(y)}")
+    out_splits = {}
+    for name, idx in splits.items():
+        idx = np.asarray(idx)
+        if idx.dtype.kind not in "iu" or idx.ndim != 1:
+            raise DataFormatError(path, f"'splits/{name}' must be a vector of row indices")
+        if len(idx) and (idx.min() < 0 or idx.max() >= len(y)):
+            raise DataFormatError(path, f"'splits/{name}' has row indices outside 0..{len(y) - 1}")
+        out_splits[name] = idx.astype(np.int64)
+    return FeatureFile(X, y, path, ids, _strings(names) if names is not None else None, out_splits)
+
+
+def read_features(path: str | Path, labels: str | Path | None = None) -> FeatureFile:
+    """Read a feature file in the layout of the module docstring."""
+    path = Path(path)
+    if not path.exists():
+        raise DatasetNotFoundError(path.name, [str(path)])
+    suffix = path.suffix.lower()
+    p = str(path)
+    if suffix in (".h5", ".hdf5"):
+        import h5py
+
+        try:
+            with h5py.File(path, "r") as f:
+                missing = [k for k in ("features", "labels") if k not in f]
+                if missing:
+                    raise DataFormatError(
+                        p,
+                        f"missing dataset(s) {', '.join(missing)}; the file has: "
+                        f"{', '.join(sorted(f)) or 'none'}",
+                    )
+                X = np.asarray(f["features"][()])
+                y = f["labels"][()]
+                ids = f["image_ids"][()] if "image_ids" in f else None
+                names = f["label_names"][()] if "label_names" in f else None
+                splits = {k: f["splits"][k][()] for k in f["splits"]} if "splits" in f else {}
+        except OSError as exc:
+            raise DataFormatError(p, f"not a readable HDF5 file: {exc}") from None
+        return _finish(p, X, y, ids, names, splits)
+    if suffix == ".npz":
+        try:
+            z = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise DataFormatError(p, f"not a readable .npz archive: {exc}") from None
+        with z:
+            missing = [k for k in ("features", "labels") if k not in z.files]
+            if missing:
+                raise DataFormatError(
+                    p, f"missing array(s) {', '.join(missing)}; the archive has: {z.files}"
+                )
+            splits = {k.split("/", 1)[1]: z[k] for k in z.files if k.startswith("splits/")}
+            return _finish(
+                p,
+                z["features"],
+                z["labels"],
+                z["image_ids"] if "image_ids" in z.files else None,
+                z["label_names"] if "label_names" in z.files else None,
+                splits,
+            )
+    if suffix == ".npy":
+        if labels is None:
+            raise DataFormatError(p, "a .npy feature matrix needs a labels file (.npy)")
+        lpath = Path(labels)
+        if not lpath.exists():
+            raise DatasetNotFoundError(lpath.name, [str(lpath)])
+        try:
+            X = np.load(path, mmap_mode="r", allow_pickle=False)
+            y = np.load(lpath, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise DataFormatError(p, f"not a readable .npy file: {exc}") from None
+        return _finish(p, X, y, None, None, {})
+    raise DataFormatError(
+        p, f"unknown feature file type {suffix!r}; expected one of {', '.join(FEATURE_SUFFIXES)}"
+    )

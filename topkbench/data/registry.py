@@ -1,0 +1,195 @@
+"""Dataset registry (``conf/dataset/*.yaml``) and ``topkbench data list|info|fetch|verify``.
+
+Downloads go through pooch (checksum verification, progress bar).  Where the source publishes
+no checksum (the LibSVM collection and Marlin's page do not), the registry says ``sha256: null``
+and the first successful fetch records the file's hash in ``<dir>/SHA256SUMS`` ("trust on first
+use"); ``verify`` then checks against that record and says which kind of check it made.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from topkbench.config import DatasetConfig
+from topkbench.data.dataset import data_dir, file_entries, resolve_path
+from topkbench.errors import ConfigError, DatasetNotFoundError, TopkbenchError
+
+LOCK_NAME = "SHA256SUMS"
+
+
+class FetchError(TopkbenchError):
+    """A download failed or a checksum did not match."""
+
+    exit_code = 4
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+def conf_dataset_dir(conf_dir: Path) -> Path:
+    return conf_dir / "dataset"
+
+
+def registry_names(conf_dir: Path) -> list[str]:
+    return sorted(p.stem for p in conf_dataset_dir(conf_dir).glob("*.yaml"))
+
+
+def registry_entry(conf_dir: Path, name: str) -> DatasetConfig:
+    """The registry entry ``conf/dataset/<name>.yaml`` as a DatasetConfig."""
+    from omegaconf import OmegaConf
+
+    path = conf_dataset_dir(conf_dir) / f"{name}.yaml"
+    if not path.exists():
+        raise ConfigError(
+            f"unknown dataset {name!r}; registered: {', '.join(registry_names(conf_dir))}",
+            hint="topkbench data list",
+        )
+    return DatasetConfig.from_dict(OmegaConf.to_container(OmegaConf.load(path), resolve=True))
+
+
+def sha256_of(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+@dataclass
+class FileStatus:
+    file: str
+    path: Path
+    url: str | None
+    expected: str | None  # registry sha256 or the recorded one
+    source: str  # "registry", "recorded", "none"
+    state: str  # "ok", "missing", "mismatch", "unchecked", "downloaded", "recorded"
+    actual: str | None = None
+
+
+def _lock_path(cfg: DatasetConfig) -> Path:
+    return data_dir() / cfg.name / LOCK_NAME
+
+
+def _read_lock(cfg: DatasetConfig) -> dict[str, str]:
+    p = _lock_path(cfg)
+    if not p.exists():
+        return {}
+    out = {}
+    for line in p.read_text().splitlines():
+        parts = line.split(maxsplit=1)
+        if len(parts) == 2:
+            out[parts[1].strip()] = parts[0]
+    return out
+
+
+def _write_lock(cfg: DatasetConfig, entries: dict[str, str]) -> None:
+    p = _lock_path(cfg)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_suffix(".tmp")
+    tmp.write_text("".join(f"{h}  {f}\n" for f, h in sorted(entries.items())))
+    tmp.replace(p)
+
+
+def unique_files(cfg: DatasetConfig) -> list[dict[str, Any]]:
+    """File entries of ``cfg`` with duplicates (several splits in one file) merged."""
+    seen: dict[str, dict[str, Any]] = {}
+    for entry in file_entries(cfg).values():
+        for key in ("file", "labels"):
+            name = entry.get(key)
+            if not name:
+                continue
+            cur = seen.setdefault(name, {"file": name, "url": None, "sha256": None})
+            if key == "file":
+                cur["url"] = cur["url"] or entry.get("url")
+                cur["sha256"] = cur["sha256"] or entry.get("sha256")
+    return list(seen.values())
+
+
+def verify(cfg: DatasetConfig) -> list[FileStatus]:
+    """Check every file of ``cfg`` against its registry or recorded sha256."""
+    lock = _read_lock(cfg)
+    out = []
+    for f in unique_files(cfg):
+        path = resolve_path(cfg, f["file"])
+        expected, source = (f["sha256"], "registry") if f["sha256"] else (None, "none")
+        if expected is None and f["file"] in lock:
+            expected, source = lock[f["file"]], "recorded"
+        st = FileStatus(f["file"], path, f["url"], expected, source, "missing")
+        if path.exists():
+            st.actual = sha256_of(path)
+            if expected is None:
+                st.state = "unchecked"
+            else:
+                st.state = "ok" if st.actual == expected else "mismatch"
+        out.append(st)
+    return out
+
+
+def manual_hint(cfg: DatasetConfig) -> str:
+    target = data_dir() / cfg.name
+    urls = [f["url"] for f in unique_files(cfg) if f["url"]]
+    where = f"put the files by hand in {target}/ (or set $TOPKBENCH_DATA)"
+    return where + (f"; sources: {', '.join(urls)}" if urls else "")
+
+
+def fetch(cfg: DatasetConfig, progressbar: bool = True) -> list[FileStatus]:
+    """Download missing files of ``cfg`` with checksum verification; verify present ones."""
+    import pooch
+
+    statuses = verify(cfg)
+    missing_url = [s.file for s in statuses if s.state == "missing" and not s.url]
+    if missing_url:
+        raise DatasetNotFoundError(
+            cfg.name,
+            [str(s.path) for s in statuses if s.state == "missing"],
+            hint=f"{cfg.name} has no public download; {manual_hint(cfg)}",
+        )
+    bad = [s for s in statuses if s.state == "mismatch"]
+    if bad:
+        raise FetchError(
+            "checksum mismatch for "
+            + ", ".join(
+                f"{s.path} (sha256 {s.actual}, expected {s.expected} from {s.source})" for s in bad
+            ),
+            hint=f"delete the file and fetch again, or {manual_hint(cfg)}",
+        )
+    lock = _read_lock(cfg)
+    for st in statuses:
+        if st.state != "missing":
+            continue
+        st.path.parent.mkdir(parents=True, exist_ok=True)
+        known = f"sha256:{st.expected}" if st.expected else None
+        try:
+            pooch.retrieve(
+                st.url,
+                known_hash=known,
+                fname=st.path.name,
+                path=st.path.parent,
+                progressbar=progressbar,
+            )
+        except ValueError as exc:  # pooch: hash mismatch (the download is discarded)
+            raise FetchError(
+                f"downloaded {st.url} but its checksum is wrong: {exc}",
+                hint=manual_hint(cfg),
+            ) from None
+        except Exception as exc:  # network errors come from requests / urllib3
+            raise FetchError(
+                f"could not download {st.url}: {type(exc).__name__}: {exc}",
+                hint=f"offline? {manual_hint(cfg)}",
+            ) from None
+        st.actual = sha256_of(st.path)
+        st.state = "downloaded"
+        if st.expected is None:
+            lock[st.file] = st.actual
+            st.expected, st.source, st.state = st.actual, "recorded", "recorded"
+    for st in statuses:
+        if st.state == "unchecked":  # placed by hand, no published hash: record it too
+            lock[st.file] = st.actual
+            st.expected, st.source, st.state = st.actual, "recorded", "recorded"
+    if any(st.state == "recorded" for st in statuses):
+        _write_lock(cfg, lock)
+    return statuses
