@@ -102,13 +102,30 @@ def compose(overrides: list[str] | None) -> dict[str, Any]:
     try:
         with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
             cfg = hydra_compose(config_name="config", overrides=list(overrides or []))
-        return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+        out = OmegaConf.to_container(cfg, resolve=True)
     except Exception as exc:  # Hydra/OmegaConf raise many types; all are config errors
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConfigError(
             f"bad configuration override: {msg}",
             hint="topkbench train --help  (overrides look like key=value, e.g. C=0.5)",
         ) from None
+    exp = out.get("experiment")  # type: ignore[union-attr]
+    if isinstance(exp, dict) and exp.get("datasets"):
+        exp["datasets"] = [_resolve_dataset(conf, d) for d in exp["datasets"]]
+    return out  # type: ignore[return-value]
+
+
+def _resolve_dataset(conf: Path, entry: Any) -> dict[str, Any]:
+    """An experiment's dataset entry: a registry name, or ``{base: NAME, <overrides>}``."""
+    from topkbench.data.registry import registry_entry
+
+    if isinstance(entry, str):
+        return registry_entry(conf, entry).as_dict()
+    if isinstance(entry, dict) and entry.get("base"):
+        base = registry_entry(conf, str(entry["base"])).as_dict()
+        base.update({k: v for k, v in entry.items() if k != "base"})
+        return base
+    return entry
 
 
 def _methods_help() -> str:
@@ -248,6 +265,9 @@ def sweep(
         None, help="Hydra overrides; experiment=NAME is required"
     ),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
+    skip_missing: bool = typer.Option(
+        False, "--skip-missing", help="run the datasets whose files are present, skip the rest"
+    ),
 ) -> None:
     _setup_logging(verbose)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -255,18 +275,17 @@ def sweep(
     from topkbench.config import ExperimentConfig
     from topkbench.sweep import run_sweep
 
-    exp = ExperimentConfig.from_dict(compose(overrides))
-    n_paths = exp.draws * len(exp.rows)
-    n_points = n_paths * len(exp.C_values)
-    counts = {"done": 0, "cached": 0, "failed": 0, "not_converged": 0}
+    exp = _available_datasets(ExperimentConfig.from_dict(compose(overrides)), skip_missing)
+    counts = {"done": 0, "cached": 0, "failed": 0, "skipped": 0, "not_converged": 0}
     log.info(
-        "%s: %d rows x %d draws x %d C values = %d fits, n_jobs=%d, records in %s/%s",
+        "%s: %d rows x %d dataset(s) x %d draw(s) x %d C values (+ folds, extensions, refits), "
+        "%s, records in %s/%s",
         exp.name,
         len(exp.rows),
+        len(exp.datasets),
         exp.draws,
         len(exp.C_values),
-        n_points,
-        exp.n_jobs,
+        f"dask scheduler {exp.scheduler}" if exp.scheduler else f"n_jobs={exp.n_jobs}",
         exp.results_dir,
         exp.name,
     )
@@ -279,29 +298,61 @@ def sweep(
         transient=False,
         console=None,
     ) as progress:
-        task = progress.add_task(exp.name, total=n_points, stats="")
+        task = progress.add_task(exp.name, total=0, stats="")
+
+        def on_stage(name: str, n_fits: int) -> None:
+            total = progress.tasks[0].total or 0
+            progress.update(task, total=total + n_fits, description=f"{exp.name} [{name}]")
 
         def on_done(s):
             for key in counts:
                 counts[key] += getattr(s, key)
             for e in s.errors:
-                log.error("%s draw %d: %s", s.row, s.draw, e)
+                log.error("%s %s draw %d %s: %s", s.dataset, s.row, s.draw, s.fold, e)
             progress.update(
                 task,
-                advance=s.done + s.cached + s.failed,
+                advance=s.done + s.cached + s.failed + s.skipped,
                 stats=f"done {counts['done']} cached {counts['cached']} failed {counts['failed']}",
             )
 
-        run_sweep(exp, on_done)
+        run_sweep(exp, on_done, on_stage)
     log.info(
-        "finished: %d new, %d cached, %d failed; %d new fits stopped on the budget",
+        "finished: %d new, %d cached, %d failed, %d skipped (k >= m); "
+        "%d new fits stopped on the budget",
         counts["done"],
         counts["cached"],
         counts["failed"],
+        counts["skipped"],
         counts["not_converged"],
     )
     if counts["failed"]:
         raise typer.Exit(1)
+
+
+def _available_datasets(exp, skip_missing: bool):
+    """Refuse an experiment whose data files are missing (listing them all), or drop those
+    datasets with a warning when ``skip_missing``."""
+    from dataclasses import replace
+
+    from topkbench.data.dataset import missing_files
+    from topkbench.errors import DatasetNotFoundError
+
+    missing = {d.name: missing_files(d) for d in exp.datasets}
+    missing = {k: v for k, v in missing.items() if v}
+    if not missing:
+        return exp
+    listing = "; ".join(f"{k}: {', '.join(str(p) for p in v)}" for k, v in missing.items())
+    names = " ".join(missing)
+    if not skip_missing or len(missing) == len(exp.datasets):
+        raise DatasetNotFoundError(
+            ", ".join(missing),
+            [listing],
+            hint=f"fetch with `topkbench data fetch NAME` ({names}), or see `topkbench data info "
+            "NAME` for files you must supply"
+            + ("" if skip_missing else "; or run the others with skip_missing=true"),
+        )
+    log.warning("skipping datasets without their files: %s", listing)
+    return replace(exp, datasets=tuple(d for d in exp.datasets if d.name not in missing))
 
 
 @app.command(

@@ -100,11 +100,11 @@ class SweepRow:
 
 @dataclass(frozen=True)
 class ExperimentConfig:
-    """A sweep over C (and draws) for several rows, with per-k selection (DESIGN §7)."""
+    """A sweep over C (and draws) for several rows and datasets, per-k selection (DESIGN §7)."""
 
     name: str
     title: str
-    dataset: DatasetConfig
+    datasets: tuple[DatasetConfig, ...]
     rows: tuple[SweepRow, ...]
     C_values: tuple[float, ...]
     ks: tuple[int, ...]
@@ -114,11 +114,27 @@ class ExperimentConfig:
     max_epochs: int = 1000
     eval_every: int = 1
     time_limit: float | None = None
-    selection: str = "val"
+    selection: str = "val"  # val | cv | auto (val where the dataset has a val split, else cv)
+    folds: int = 5  # stratified CV folds on train when selecting by cv
+    extend: int = 0  # grid points added beyond a boundary that holds a column's best C
+    C_base: float = 2.0
+    C_step: float = 1.0
     published: str | None = None
     results_dir: str = "results"
     n_jobs: int = 1
+    scheduler: str | None = None  # dask.distributed scheduler address; None = joblib
+    layout: str = "rows"  # report layout: rows (Table 3) | datasets (Table 5)
     blocks: tuple[tuple[str, str], ...] = ()  # extra report blocks: (name, title)
+
+    @property
+    def dataset(self) -> DatasetConfig:
+        return self.datasets[0]
+
+    def selection_for(self, index: int) -> str:
+        """``val`` or ``cv`` for dataset ``index`` (``auto`` looks for a validation split)."""
+        if self.selection != "auto":
+            return self.selection
+        return "val" if dataset_has_val(self.datasets[index]) else "cv"
 
     @classmethod
     def from_dict(cls, root: dict[str, Any]) -> ExperimentConfig:
@@ -126,8 +142,14 @@ class ExperimentConfig:
         if not exp:
             raise ConfigError("no experiment selected", hint="topkbench sweep experiment=table3")
         grid = exp["C_grid"]
-        exps = np.arange(int(grid["min_exp"]), int(grid["max_exp"]) + 1)
-        C_values = tuple(float(grid["base"]) ** float(e) for e in exps)
+        base, step = float(grid["base"]), float(grid.get("step", 1.0))
+        lo, hi = float(grid["min_exp"]), float(grid["max_exp"])
+        if not (base > 1.0 and step > 0.0 and hi >= lo):
+            raise ConfigError(
+                f"experiment {exp['name']}: C_grid needs base > 1, step > 0, max_exp >= min_exp"
+            )
+        exps = lo + step * np.arange(int(round((hi - lo) / step)) + 1)
+        C_values = tuple(float(base**e) for e in exps)
         rows = tuple(SweepRow(**r) for r in exp["rows"])
         if len({r.row for r in rows}) != len(rows):
             raise ConfigError(f"experiment {exp['name']}: duplicate row labels")
@@ -141,10 +163,22 @@ class ExperimentConfig:
                     f"experiment {exp['name']}: row {r.row!r} names block {r.block!r}, "
                     f"which is not declared under 'blocks:' ({', '.join(dict(blocks)) or 'none'})"
                 )
+        if exp.get("datasets"):
+            datasets = tuple(DatasetConfig.from_dict(d) for d in exp["datasets"])
+        else:
+            datasets = (DatasetConfig.from_dict(root["dataset"]),)
+        if len({d.name for d in datasets}) != len(datasets):
+            raise ConfigError(f"experiment {exp['name']}: duplicate dataset names")
+        selection = str(exp.get("selection", "val"))
+        if selection not in ("val", "cv", "auto"):
+            raise ConfigError(f"selection must be val, cv or auto, got {selection!r}")
+        folds = int(exp.get("folds", 5))
+        if folds < 2:
+            raise ConfigError(f"folds must be >= 2, got {folds}")
         return cls(
             name=str(exp["name"]),
             title=str(exp.get("title", exp["name"])),
-            dataset=DatasetConfig.from_dict(root["dataset"]),
+            datasets=datasets,
             rows=rows,
             C_values=C_values,
             ks=tuple(int(k) for k in exp["ks"]),
@@ -154,9 +188,25 @@ class ExperimentConfig:
             max_epochs=int(exp.get("max_epochs", root.get("max_epochs", 1000))),
             eval_every=int(exp.get("eval_every", 1)),
             time_limit=exp.get("time_limit"),
-            selection=str(exp.get("selection", "val")),
+            selection=selection,
+            folds=folds,
+            extend=int(exp.get("extend", 0)),
+            C_base=base,
+            C_step=step,
             published=exp.get("published"),
             results_dir=str(root.get("results_dir", "results")),
             n_jobs=int(root.get("n_jobs", 1)),
+            scheduler=root.get("scheduler") or None,
+            layout=str(exp.get("layout", "rows")),
             blocks=blocks,
         )
+
+
+def dataset_has_val(cfg: DatasetConfig) -> bool:
+    """Whether a dataset comes with a validation split (generated sets: n_val > 0)."""
+    if cfg.kind == "circle":
+        return int(cfg.get("n_val", 200)) > 0
+    if cfg.kind == "gaussian":
+        return int(cfg.get("n_val", 4_500)) > 0
+    files = cfg.get("files") or {}
+    return isinstance(files, dict) and files.get("val") is not None

@@ -1,95 +1,172 @@
-"""Sweep engine (DESIGN §7-8): C paths with warm starts, per-record persistence, resume.
+"""Sweep engine (DESIGN §7-8): C paths with warm starts, selection splits, grid extension, refits.
 
-A sweep is a set of independent *paths*: one per (draw, table row).  A path walks the C grid in
-ascending order, warm-starting each fit from the previous dual (rescaled by C_new / C_old, which
-keeps it feasible).  Every finished point is written atomically to the record store before the
-next one starts, together with a warm-start checkpoint, so an interrupted sweep loses no finished
-record and a re-run resumes exactly where it stopped.  Paths run in parallel through joblib
-processes (``n_jobs``).
+A sweep is a set of independent *paths*.  A path is one (dataset, draw, table row, fold) walking a
+list of C values in ascending order, warm-starting each fit from the previous dual (rescaled by
+C_new / C_old, which keeps it feasible).  The fold says which data the path trains on:
+
+* ``val``      — train on the train split, evaluate the val and test splits (selection on val);
+* ``cv<i>of<K>`` — train on the other K-1 stratified folds of train, evaluate the held-out fold;
+* ``refit``    — train on the whole train split at the C values selected by cross-validation,
+  evaluate the test split (DESIGN §7: "refit on the selection split's train part").
+
+Stages (:func:`run_sweep`): (1) every selection path on the base grid; (2) while a column's best
+C sits on the grid's boundary, add one more grid point beyond it (at most ``extend`` per side,
+DESIGN §7 / TPAMI §6.2); (3) refit paths for cross-validated datasets.  Every finished point is
+written atomically to the record store before the next starts, together with a warm-start
+checkpoint, so an interrupted sweep loses no finished record and a re-run resumes where it
+stopped.  Paths run in parallel through joblib processes (``n_jobs``) or on a Dask cluster
+(``scheduler=ADDRESS``; the results directory must then be on a shared filesystem).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 import warnings
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
-from topkbench.config import ExperimentConfig, SweepRow
+from topkbench.config import DatasetConfig, ExperimentConfig, SweepRow
 from topkbench.errors import TopkbenchError
 from topkbench.store import RecordStore, spec_key
 
 log = logging.getLogger(__name__)
+
+REFIT = "refit"
+VAL = "val"
+
+
+def cv_fold_name(i: int, n_folds: int) -> str:
+    return f"cv{i}of{n_folds}"
+
+
+@dataclass(frozen=True)
+class PathJob:
+    """One path: a dataset, draw, row and fold, and the C values to walk (ascending)."""
+
+    dataset: int  # index into exp.datasets
+    draw: int
+    row: SweepRow
+    fold: str
+    C_values: tuple[float, ...]
 
 
 @dataclass
 class PathSummary:
     row: str
     draw: int
+    dataset: str = ""
+    fold: str = VAL
     done: int = 0
     cached: int = 0
     failed: int = 0
+    skipped: int = 0
     not_converged: int = 0
     seconds: float = 0.0
-    errors: tuple[str, ...] = ()
+    errors: tuple[str, ...] = field(default_factory=tuple)
 
 
-def _record_spec(exp: ExperimentConfig, row: SweepRow, draw: int, C: float) -> dict[str, Any]:
+def record_spec(
+    exp: ExperimentConfig, ds: DatasetConfig, row: SweepRow, draw: int, fold: str, C: float | None
+) -> dict[str, Any]:
+    """The canonical spec of one record (its hash is the record key)."""
     import topkbench
 
-    return {
+    spec = {
         "experiment": exp.name,
-        "dataset": exp.dataset.as_dict(),
+        "dataset": ds.spec_dict(),
         "draw": draw,
         "data_seed": exp.seed + draw,
+        "fold": fold,
         "method": row.method,
         "gamma": float(row.gamma),
         "k": int(row.k),
-        "C": float(C),
+        "C": None if C is None else float(C),
         "eps": exp.eps,
         "max_epochs": exp.max_epochs,
         "time_limit": exp.time_limit,
         "eval_every": exp.eval_every,
         "version": topkbench.__version__,
     }
+    return spec
 
 
-def run_path(exp: ExperimentConfig, row: SweepRow, draw: int) -> PathSummary:
-    """Run (or resume) the C path of one (row, draw); returns counts."""
+_DATA_CACHE: dict[str, Any] = {}
+
+
+def cached_dataset(ds: DatasetConfig, seed: int):
+    """Load a dataset once per process (paths of one worker share it)."""
     from topkbench.data.dataset import load_dataset
+
+    key = spec_key({"d": ds.spec_dict(), "seed": seed})
+    if key not in _DATA_CACHE:
+        _DATA_CACHE.clear()
+        _DATA_CACHE[key] = load_dataset(ds, seed)
+    return _DATA_CACHE[key]
+
+
+def _path_data(dataset, fold: str, n_folds: int, seed: int):
+    """(X_train, y_train, {split: (X, y)} to evaluate) for a fold name."""
+    Xtr, ytr = dataset.splits["train"]
+    if fold.startswith("cv"):
+        from topkbench.data.dataset import stratified_folds
+
+        i = int(fold[2:].split("of")[0])
+        folds = stratified_folds(ytr, n_folds, seed)
+        tr, te = np.flatnonzero(folds != i), np.flatnonzero(folds == i)
+        return Xtr[tr], ytr[tr], {"val": (Xtr[te], ytr[te])}
+    evals = {s: v for s, v in dataset.splits.items() if s != "train"}
+    if fold == REFIT:
+        evals = {"test": evals["test"]} if "test" in evals else evals
+    return Xtr, ytr, evals
+
+
+def run_path(exp: ExperimentConfig, job: PathJob) -> PathSummary:
+    """Run (or resume) one path; returns counts."""
     from topkbench.metrics.topk import topk_accuracy
     from topkbench.model import fit
 
     start = time.perf_counter()
+    ds = exp.datasets[job.dataset]
+    row, draw, fold = job.row, job.draw, job.fold
     store = RecordStore(exp.results_dir, exp.name)
-    summary = PathSummary(row=row.row, draw=draw)
+    summary = PathSummary(row=row.row, draw=draw, dataset=ds.name, fold=fold)
     data_seed = exp.seed + draw
-    path_spec = _record_spec(exp, row, draw, 0.0)
-    path_spec.pop("C")
-    path_key = spec_key(path_spec)
-    dataset = None
+    path_key = spec_key(record_spec(exp, ds, row, draw, fold, None))
+    data = None
     prev_model = None
-    last_finished_C = None
     errors: list[str] = []
-    for C in exp.C_values:
-        spec = _record_spec(exp, row, draw, C)
-        key = spec_key(spec)
+    for C in sorted(job.C_values):
+        key = spec_key(record_spec(exp, ds, row, draw, fold, C))
         if store.has(key):
             summary.cached += 1
-            last_finished_C = C
             prev_model = None
             continue
-        if dataset is None:
-            dataset = load_dataset(exp.dataset, data_seed)
-        Xtr, ytr = dataset.splits["train"]
+        if data is None:
+            dataset = cached_dataset(ds, data_seed)
+            if row.k >= dataset.n_classes:
+                summary.skipped = len(job.C_values) - summary.cached
+                log.info(
+                    "%s on %s: k = %d >= m = %d, skipped",
+                    row.row,
+                    ds.name,
+                    row.k,
+                    dataset.n_classes,
+                )
+                break
+            data = _path_data(dataset, fold, exp.folds, data_seed)
+        Xtr, ytr, evals = data
+        # warm start from the largest finished C <= C of this path: the previous point of
+        # this job, or the path's checkpoint (kept for its largest C, see below)
         warm = prev_model
-        if warm is None and last_finished_C is not None:
-            ck = store.load_warm(path_key)
-            if ck is not None and ck[0] == last_finished_C:
+        ck = store.load_warm(path_key)
+        if ck is not None and ck[0] <= C and ck[1].shape[0] == Xtr.shape[0]:
+            if warm is None or ck[0] > warm.params["C"]:
                 warm = ck
         try:
             with warnings.catch_warnings():
@@ -113,13 +190,13 @@ def run_path(exp: ExperimentConfig, row: SweepRow, draw: int) -> PathSummary:
         except TopkbenchError as exc:
             summary.failed += 1
             errors.append(f"C={C:g}: {exc}")
-            log.error("%s draw %d C=%g failed: %s", row.row, draw, C, exc)
+            log.error("%s %s draw %d %s C=%g failed: %s", ds.name, row.row, draw, fold, C, exc)
             prev_model = None
             continue
         ks = [k for k in range(1, dataset.n_classes) if k <= max(exp.ks)]
         record: dict[str, Any] = {
-            **{k: v for k, v in spec.items() if k != "dataset"},
-            "dataset": exp.dataset.name,
+            **{k: v for k, v in record_spec(exp, ds, row, draw, fold, C).items() if k != "dataset"},
+            "dataset": ds.name,
             "row": row.row,
             "status": model.status,
             "primal": model.primal,
@@ -132,15 +209,15 @@ def run_path(exp: ExperimentConfig, row: SweepRow, draw: int) -> PathSummary:
             "n_features": int(Xtr.shape[1]),
             "n_classes": dataset.n_classes,
         }
-        for split, (Xs, ys) in dataset.splits.items():
+        for split, (Xs, ys) in evals.items():
             acc = topk_accuracy(model.decision_function(Xs), ys, ks)
             for k, v in acc.items():
                 record[f"{split}_top{k}"] = v
-        store.save_warm(path_key, C, model.A)
+        if ck is None or C > ck[0]:
+            store.save_warm(path_key, C, model.A)
         store.write(key, record)
         summary.done += 1
         summary.not_converged += model.status != "converged"
-        last_finished_C = C
         prev_model = model
     summary.seconds = time.perf_counter() - start
     summary.errors = tuple(errors)
@@ -160,26 +237,162 @@ def _warm_up(methods: set[str]) -> None:
             fit(X, y, method, C=1.0, max_epochs=2, warn=False)
 
 
-def run_sweep(
+# ---------------------------------------------------------------------------------------------
+# selection (shared with the report)
+
+
+def selection_folds(exp: ExperimentConfig, ds_index: int) -> tuple[str, ...]:
+    """The folds whose held-out accuracy selects C for a dataset (val split or K CV folds)."""
+    if exp.selection_for(ds_index) == "cv":
+        return tuple(cv_fold_name(i, exp.folds) for i in range(exp.folds))
+    return (VAL,)
+
+
+def mean_validation(records: pd.DataFrame, folds: Iterable[str], ks) -> pd.DataFrame:
+    """Per C: the mean over ``folds`` of held-out top-k accuracy (only C values with all folds)."""
+    folds = list(folds)
+    sel = records[records["fold"].isin(folds)]
+    cols = [f"val_top{k}" for k in ks if f"val_top{k}" in sel]
+    if sel.empty or not cols:
+        return pd.DataFrame(columns=["C", *cols])
+    g = sel.groupby("C")
+    agg = g[cols].mean()
+    agg = agg[g["fold"].nunique() == len(folds)]
+    return agg.reset_index().sort_values("C")
+
+
+def best_C(curve: pd.DataFrame, k: int) -> float | None:
+    """The C with the best mean validation top-k accuracy; ties go to the smallest C."""
+    col = f"val_top{k}"
+    if curve.empty or col not in curve:
+        return None
+    return float(curve.loc[curve[col].idxmax(), "C"])
+
+
+def _grid_step(exp: ExperimentConfig) -> float:
+    return float(exp.C_base) ** float(exp.C_step)
+
+
+def _extension_jobs(exp: ExperimentConfig, records: pd.DataFrame) -> list[PathJob]:
+    """One more C beyond each boundary that some column's best C still sits on."""
+    if exp.extend <= 0 or records.empty:
+        return []
+    step = _grid_step(exp)
+    lo0, hi0 = min(exp.C_values), max(exp.C_values)
+    jobs = []
+    for di, ds in enumerate(exp.datasets):
+        folds = selection_folds(exp, di)
+        recs_ds = records[records["dataset"] == ds.name]
+        for draw in range(exp.draws):
+            for row in exp.rows:
+                recs = recs_ds[(recs_ds["draw"] == draw) & (recs_ds["row"] == row.row)]
+                curve = mean_validation(recs, folds, exp.ks)
+                if curve.empty:
+                    continue
+                lo, hi = float(curve["C"].min()), float(curve["C"].max())
+                new = set()
+                for k in exp.ks:
+                    b = best_C(curve, k)
+                    if b is None:
+                        continue
+                    if b == hi and math.log(hi / hi0) / math.log(step) < exp.extend - 0.5:
+                        new.add(hi * step)
+                    if b == lo and math.log(lo0 / lo) / math.log(step) < exp.extend - 0.5:
+                        new.add(lo / step)
+                if new:  # one job per path keeps its warm starts sequential (deterministic)
+                    for fold in folds:
+                        jobs.append(PathJob(di, draw, row, fold, tuple(sorted(new))))
+    return jobs
+
+
+def _refit_jobs(exp: ExperimentConfig, records: pd.DataFrame) -> list[PathJob]:
+    jobs = []
+    for di, ds in enumerate(exp.datasets):
+        if exp.selection_for(di) != "cv":
+            continue
+        folds = selection_folds(exp, di)
+        recs_ds = records[records["dataset"] == ds.name] if not records.empty else records
+        for draw in range(exp.draws):
+            for row in exp.rows:
+                if recs_ds.empty:
+                    continue
+                recs = recs_ds[(recs_ds["draw"] == draw) & (recs_ds["row"] == row.row)]
+                curve = mean_validation(recs, folds, exp.ks)
+                Cs = {best_C(curve, k) for k in exp.ks} - {None}
+                if Cs:
+                    jobs.append(PathJob(di, draw, row, REFIT, tuple(sorted(Cs))))
+    return jobs
+
+
+def base_jobs(exp: ExperimentConfig) -> list[PathJob]:
+    return [
+        PathJob(di, draw, row, fold, exp.C_values)
+        for di in range(len(exp.datasets))
+        for draw in range(exp.draws)
+        for row in exp.rows
+        for fold in selection_folds(exp, di)
+    ]
+
+
+def _execute(
     exp: ExperimentConfig,
-    on_path_done: Callable[[PathSummary], None] | None = None,
+    jobs: list[PathJob],
+    on_path_done: Callable[[PathSummary], None] | None,
 ) -> list[PathSummary]:
-    """Run every path of ``exp`` (in parallel when ``exp.n_jobs != 1``)."""
-    jobs = [(row, draw) for draw in range(exp.draws) for row in exp.rows]
-    _warm_up({row.method for row in exp.rows})
     results: list[PathSummary] = []
-    if exp.n_jobs == 1:
-        for row, draw in jobs:
-            s = run_path(exp, row, draw)
-            results.append(s)
-            if on_path_done:
-                on_path_done(s)
+
+    def done(s: PathSummary) -> None:
+        results.append(s)
+        if on_path_done:
+            on_path_done(s)
+
+    if not jobs:
+        return results
+    if exp.scheduler:
+        from distributed import Client, as_completed
+
+        with Client(exp.scheduler) as client:
+            futures = client.map(run_path, [exp] * len(jobs), jobs, pure=False)
+            for fut in as_completed(futures):
+                done(fut.result())
+        return results
+    if exp.n_jobs == 1 or len(jobs) == 1:
+        for job in jobs:
+            done(run_path(exp, job))
         return results
     from joblib import Parallel, delayed
 
     parallel = Parallel(n_jobs=exp.n_jobs, return_as="generator_unordered")
-    for s in parallel(delayed(run_path)(exp, row, draw) for row, draw in jobs):
-        results.append(s)
-        if on_path_done:
-            on_path_done(s)
+    for s in parallel(delayed(run_path)(exp, job) for job in jobs):
+        done(s)
+    return results
+
+
+def run_sweep(
+    exp: ExperimentConfig,
+    on_path_done: Callable[[PathSummary], None] | None = None,
+    on_stage: Callable[[str, int], None] | None = None,
+) -> list[PathSummary]:
+    """Run every stage of ``exp``: selection paths, grid extensions, refits.
+
+    ``on_stage(name, n_fits)`` announces each stage with the number of fits it holds (for
+    progress bars); ``on_path_done`` receives each finished path's counts.
+    """
+    _warm_up({row.method for row in exp.rows})
+    store = RecordStore(exp.results_dir, exp.name)
+    jobs = base_jobs(exp)
+    if on_stage:
+        on_stage("grid", sum(len(j.C_values) for j in jobs))
+    results = _execute(exp, jobs, on_path_done)
+    for _ in range(exp.extend):
+        ext = _extension_jobs(exp, store.load())
+        if not ext:
+            break
+        if on_stage:
+            on_stage("extend", sum(len(j.C_values) for j in ext))
+        results += _execute(exp, ext, on_path_done)
+    refits = _refit_jobs(exp, store.load())
+    if refits and on_stage:
+        on_stage("refit", sum(len(j.C_values) for j in refits))
+    results += _execute(exp, refits, on_path_done)
     return results

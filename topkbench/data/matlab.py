@@ -89,7 +89,7 @@ def _as_labels(v: Any, path: Path, name: str) -> np.ndarray:
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
             raise DataFormatError(
-                str(path), f"variable {name!r}: labels must be integers", token=repr(arr[i])
+                str(path), f"variable {name!r}: labels must be integers", token=repr(float(arr[i]))
             )
     elif arr.dtype.kind not in "iu":
         raise DataFormatError(

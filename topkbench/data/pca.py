@@ -18,6 +18,8 @@ import numpy as np
 import scipy.linalg
 import scipy.sparse as sp
 
+from topkbench.errors import ConfigError
+
 DEFAULT_RTOL = 1e-10
 
 
@@ -47,12 +49,13 @@ def gram_pca(
     del G
     order = np.argsort(e)[::-1]
     e = e[order]
-    keep = e > rtol * max(e[0], 0.0) if n_components is None else np.arange(n) < n_components
-    if n_components is not None and n_components > int((e > 0).sum()):
-        raise ValueError(
-            f"asked for {n_components} PCA components but the training data has rank "
-            f"{int((e > rtol * e[0]).sum())}"
+    rank = int((e > rtol * max(e[0], 0.0)).sum())
+    if n_components is not None and n_components > rank:
+        raise ConfigError(
+            f"asked for {n_components} PCA components but the centred training data has rank "
+            f"{rank} (eigenvalues above {rtol:g} x the largest)"
         )
+    keep = np.arange(n) < (rank if n_components is None else n_components)
     idx = order[keep]
     ek = e[keep]
     Vr = V[:, idx]
