@@ -124,6 +124,7 @@ class ExperimentConfig:
     n_jobs: int = 1
     scheduler: str | None = None  # dask.distributed scheduler address; None = joblib
     layout: str = "rows"  # report layout: rows (Table 3) | datasets (Table 5)
+    warm_start: bool = True  # warm-start along each C path (False: every fit from zero)
     blocks: tuple[tuple[str, str], ...] = ()  # extra report blocks: (name, title)
 
     @property
@@ -198,6 +199,7 @@ class ExperimentConfig:
             n_jobs=int(root.get("n_jobs", 1)),
             scheduler=root.get("scheduler") or None,
             layout=str(exp.get("layout", "rows")),
+            warm_start=bool(exp.get("warm_start", True)),
             blocks=blocks,
         )
 

@@ -163,8 +163,8 @@ def run_path(exp: ExperimentConfig, job: PathJob) -> PathSummary:
         Xtr, ytr, evals = data
         # warm start from the largest finished C <= C of this path: the previous point of
         # this job, or the path's checkpoint (kept for its largest C, see below)
-        warm = prev_model
-        ck = store.load_warm(path_key)
+        warm = prev_model if exp.warm_start else None
+        ck = store.load_warm(path_key) if exp.warm_start else None
         if ck is not None and ck[0] <= C and ck[1].shape[0] == Xtr.shape[0]:
             if warm is None or ck[0] > warm.params["C"]:
                 warm = ck
@@ -213,7 +213,7 @@ def run_path(exp: ExperimentConfig, job: PathJob) -> PathSummary:
             acc = topk_accuracy(model.decision_function(Xs), ys, ks)
             for k, v in acc.items():
                 record[f"{split}_top{k}"] = v
-        if ck is None or C > ck[0]:
+        if exp.warm_start and (ck is None or C > ck[0]):
             store.save_warm(path_key, C, model.A)
         store.write(key, record)
         summary.done += 1
