@@ -608,6 +608,13 @@ def test_missing_file_hint_mentions_fetch(tmp_path, monkeypatch):
     assert "ghost" in str(err.value)
     for p in expected:
         assert str(p) in str(err.value)
+    assert "ghost has no download" in err.value.hint
+    assert "topkbench data info ghost" in err.value.hint
+    with_url = DatasetConfig.from_dict(
+        {"name": "ghost", "kind": "libsvm", "files": {"train": {"file": "g", "url": "http://x/g"}}}
+    )
+    with pytest.raises(DatasetNotFoundError) as err:
+        load_dataset(with_url, seed=0)
     assert "topkbench data fetch ghost" in err.value.hint
     # once the files are there, relative names resolve under $TOPKBENCH_DATA/<name>/
     (tmp_path / "data" / "ghost").mkdir(parents=True)
@@ -624,7 +631,7 @@ def test_missing_file_other_kinds(tmp_path, monkeypatch, kind):
     with pytest.raises(DatasetNotFoundError) as err:
         load_dataset(cfg, seed=0)
     assert str(tmp_path / "gone" / "x.mat") in str(err.value)
-    assert "topkbench data fetch gone" in err.value.hint
+    assert "topkbench data info gone" in err.value.hint
 
 
 # ---------------------------------------------------------------------------------------------

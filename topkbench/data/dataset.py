@@ -69,7 +69,9 @@ def data_dir() -> Path:
 
 def file_entries(cfg: DatasetConfig) -> dict[str, dict[str, Any]]:
     """The ``files:`` option as ``split -> {file, url, sha256, ...}``."""
-    files = cfg.get("files") or {}
+    files = cfg.get("files") or {
+        s: cfg.get(s) for s in SPLIT_ORDER if cfg.get(s)
+    }  # DESIGN §9: ``dataset=libsvm dataset.train=PATH dataset.val=PATH dataset.test=PATH``
     if not isinstance(files, dict):
         raise ConfigError(f"dataset {cfg.name}: 'files' must map split names to files")
     out = {}
@@ -337,11 +339,15 @@ def load_dataset(cfg: DatasetConfig, seed: int) -> Dataset:
     if cfg.kind in loaders:
         missing = missing_files(cfg)
         if missing:
-            raise DatasetNotFoundError(
-                cfg.name,
-                [str(p) for p in missing],
-                hint=f"topkbench data fetch {cfg.name}   (or: topkbench data info {cfg.name})",
-            )
+            if any(e.get("url") for e in file_entries(cfg).values()):
+                hint = f"topkbench data fetch {cfg.name}   (or: topkbench data info {cfg.name})"
+            else:
+                hint = (
+                    f"{cfg.name} has no download: put the files at the paths above (relative "
+                    f"names resolve under $TOPKBENCH_DATA/{cfg.name}/ or the working directory)"
+                    f"; `topkbench data info {cfg.name}` shows the expected layout"
+                )
+            raise DatasetNotFoundError(cfg.name, [str(p) for p in missing], hint=hint)
         return loaders[cfg.kind](cfg)
     raise ConfigError(
         f"unknown dataset kind {cfg.kind!r}. Available kinds are: {', '.join(DATASET_KINDS)}"
