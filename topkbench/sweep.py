@@ -100,13 +100,14 @@ _DATA_CACHE: dict[str, Any] = {}
 
 
 def cached_dataset(ds: DatasetConfig, seed: int):
-    """Load a dataset once per process (paths of one worker share it)."""
-    from topkbench.data.dataset import load_dataset
+    """Load a dataset once per process (paths of one worker share it; parsed files are also
+    cached on disk, see :func:`~topkbench.data.dataset.load_dataset_cached`)."""
+    from topkbench.data.dataset import load_dataset_cached
 
     key = spec_key({"d": ds.spec_dict(), "seed": seed})
     if key not in _DATA_CACHE:
         _DATA_CACHE.clear()
-        _DATA_CACHE[key] = load_dataset(ds, seed)
+        _DATA_CACHE[key] = load_dataset_cached(ds, seed)
     return _DATA_CACHE[key]
 
 
@@ -379,6 +380,11 @@ def run_sweep(
     progress bars); ``on_path_done`` receives each finished path's counts.
     """
     _warm_up({row.method for row in exp.rows})
+    from topkbench.data.dataset import load_dataset_cached
+
+    for ds in exp.datasets:  # fail early on bad data, and fill the disk cache once
+        if ds.kind in ("libsvm", "mat"):
+            load_dataset_cached(ds, exp.seed)
     store = RecordStore(exp.results_dir, exp.name)
     jobs = base_jobs(exp)
     if on_stage:

@@ -352,3 +352,51 @@ def load_dataset(cfg: DatasetConfig, seed: int) -> Dataset:
     raise ConfigError(
         f"unknown dataset kind {cfg.kind!r}. Available kinds are: {', '.join(DATASET_KINDS)}"
     )
+
+
+def _cache_path(cfg: DatasetConfig) -> Path:
+    import hashlib
+    import json
+
+    stamp = []
+    for entry in file_entries(cfg).values():
+        for key in ("file", "labels"):
+            if entry.get(key):
+                st = resolve_path(cfg, entry[key]).stat()
+                stamp.append([entry[key], st.st_size, st.st_mtime_ns])
+    blob = json.dumps([cfg.spec_dict(), stamp], sort_keys=True, default=repr)
+    digest = hashlib.sha256(blob.encode()).hexdigest()[:20]
+    return data_dir() / ".cache" / f"{cfg.name}-{digest}.pkl"
+
+
+def load_dataset_cached(cfg: DatasetConfig, seed: int) -> Dataset:
+    """:func:`load_dataset`, with parsed/preprocessed LibSVM and .mat data cached on disk.
+
+    Parsing ALOI's text or computing News20's PCA takes long and every worker process of a
+    sweep needs the data: the first load writes ``<data dir>/.cache/<name>-<hash>.pkl``
+    (atomically; the hash covers the dataset spec and the files' sizes and mtimes, so editing a
+    file or an option invalidates it).  File datasets do not depend on ``seed``.
+    """
+    import pickle
+    import tempfile
+
+    if cfg.kind not in ("libsvm", "mat") or missing_files(cfg):
+        return load_dataset(cfg, seed)
+    path = _cache_path(cfg)
+    if path.exists():
+        try:
+            with open(path, "rb") as fh:
+                return pickle.load(fh)
+        except (OSError, pickle.UnpicklingError, EOFError):
+            path.unlink(missing_ok=True)
+    ds = load_dataset(cfg, seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            pickle.dump(ds, fh, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return ds
