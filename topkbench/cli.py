@@ -344,12 +344,13 @@ def _available_datasets(exp, skip_missing: bool):
     listing = "; ".join(f"{k}: {', '.join(str(p) for p in v)}" for k, v in missing.items())
     names = " ".join(missing)
     if not skip_missing or len(missing) == len(exp.datasets):
+        none_left = " (--skip-missing: no dataset of the experiment has its files)"
         raise DatasetNotFoundError(
-            ", ".join(missing),
+            ", ".join(missing) + (none_left if skip_missing else ""),
             [listing],
             hint=f"fetch with `topkbench data fetch NAME` ({names}), or see `topkbench data info "
             "NAME` for files you must supply"
-            + ("" if skip_missing else "; or run the others with skip_missing=true"),
+            + ("" if skip_missing else "; or run the others with --skip-missing"),
         )
     log.warning("skipping datasets without their files: %s", listing)
     return replace(exp, datasets=tuple(d for d in exp.datasets if d.name not in missing))

@@ -316,7 +316,17 @@ _TEX_ESCAPES = {
 
 
 def _tex(text: str) -> str:
-    return "".join(_TEX_ESCAPES.get(ch, ch) for ch in str(text))
+    """Escape for LaTeX; the paper's row names' ``^X`` / ``_X`` become super/subscripts."""
+    import re
+
+    parts = re.split(r"([\^_][A-Za-z0-9]+)", str(text))
+    out = []
+    for part in parts:
+        if re.fullmatch(r"[\^_][A-Za-z0-9]+", part):
+            out.append(f"${part[0]}{{\\mathrm{{{part[1:]}}}}}$")
+        else:
+            out.append("".join(_TEX_ESCAPES.get(ch, ch) for ch in part))
+    return "".join(out)
 
 
 def _render_datasets_tex(exp, table, ds_titles, draws) -> str:

@@ -250,43 +250,65 @@ def selection_folds(exp: ExperimentConfig, ds_index: int) -> tuple[str, ...]:
 
 
 def mean_validation(records: pd.DataFrame, folds: Iterable[str], ks) -> pd.DataFrame:
-    """Per C: the mean over ``folds`` of held-out top-k accuracy (only C values with all folds)."""
+    """Per C: the mean over ``folds`` of held-out top-k accuracy (only C values with all folds).
+
+    Records are summed in fold order, so the means do not depend on the order of the store.
+    """
     folds = list(folds)
     sel = records[records["fold"].isin(folds)]
     cols = [f"val_top{k}" for k in ks if f"val_top{k}" in sel]
     if sel.empty or not cols:
         return pd.DataFrame(columns=["C", *cols])
+    sel = sel.sort_values(["C", "fold"], kind="stable")
     g = sel.groupby("C")
     agg = g[cols].mean()
     agg = agg[g["fold"].nunique() == len(folds)]
     return agg.reset_index().sort_values("C")
 
 
+TIE_TOL = 1e-9  # accuracies are multiples of 1/n: closer means are ties
+
+
 def best_C(curve: pd.DataFrame, k: int) -> float | None:
-    """The C with the best mean validation top-k accuracy; ties go to the smallest C."""
+    """The C with the best mean validation top-k accuracy; ties (within TIE_TOL) go to the
+    smallest C, i.e. the strongest regularization."""
     col = f"val_top{k}"
     if curve.empty or col not in curve:
         return None
-    return float(curve.loc[curve[col].idxmax(), "C"])
+    c = curve.sort_values("C")
+    vals = c[col].to_numpy(dtype=float)
+    i = int(np.flatnonzero(vals >= np.nanmax(vals) - TIE_TOL)[0])
+    return float(c["C"].iloc[i])
 
 
 def _grid_step(exp: ExperimentConfig) -> float:
     return float(exp.C_base) ** float(exp.C_step)
 
 
-def _extension_jobs(exp: ExperimentConfig, records: pd.DataFrame) -> list[PathJob]:
-    """One more C beyond each boundary that some column's best C still sits on."""
+def _extension_jobs(
+    exp: ExperimentConfig, records: pd.DataFrame, decided: dict[tuple, set[float]]
+) -> list[PathJob]:
+    """One more C beyond each boundary that some column's best C still sits on.
+
+    ``decided`` holds, per (dataset, draw, row), the extension points chosen in earlier rounds;
+    each round looks only at the base grid plus those points, so a re-run replays exactly the
+    decisions of the first run (and revisits their cached records).
+    """
     if exp.extend <= 0 or records.empty:
         return []
     step = _grid_step(exp)
-    lo0, hi0 = min(exp.C_values), max(exp.C_values)
+    base = np.array(exp.C_values)
+    lo0, hi0 = base.min(), base.max()
     jobs = []
     for di, ds in enumerate(exp.datasets):
         folds = selection_folds(exp, di)
         recs_ds = records[records["dataset"] == ds.name]
         for draw in range(exp.draws):
             for row in exp.rows:
+                pts = decided.setdefault((di, draw, row.row), set())
+                allowed = np.concatenate([base, sorted(pts)])
                 recs = recs_ds[(recs_ds["draw"] == draw) & (recs_ds["row"] == row.row)]
+                recs = recs[np.isclose(recs["C"].to_numpy()[:, None], allowed, rtol=1e-12).any(1)]
                 curve = mean_validation(recs, folds, exp.ks)
                 if curve.empty:
                     continue
@@ -300,7 +322,9 @@ def _extension_jobs(exp: ExperimentConfig, records: pd.DataFrame) -> list[PathJo
                         new.add(hi * step)
                     if b == lo and math.log(lo0 / lo) / math.log(step) < exp.extend - 0.5:
                         new.add(lo / step)
+                new -= pts
                 if new:  # one job per path keeps its warm starts sequential (deterministic)
+                    pts |= new
                     for fold in folds:
                         jobs.append(PathJob(di, draw, row, fold, tuple(sorted(new))))
     return jobs
@@ -390,8 +414,9 @@ def run_sweep(
     if on_stage:
         on_stage("grid", sum(len(j.C_values) for j in jobs))
     results = _execute(exp, jobs, on_path_done)
+    decided: dict[tuple, set[float]] = {}
     for _ in range(exp.extend):
-        ext = _extension_jobs(exp, store.load())
+        ext = _extension_jobs(exp, store.load(), decided)
         if not ext:
             break
         if on_stage:

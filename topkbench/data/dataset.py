@@ -94,11 +94,12 @@ def resolve_path(cfg: DatasetConfig, name: str) -> Path:
 
 def missing_files(cfg: DatasetConfig) -> list[Path]:
     """Files of ``cfg`` that are not on disk (empty for generated datasets)."""
-    out = []
+    out: list[Path] = []
     for entry in file_entries(cfg).values():
         for key in ("file", "labels"):
-            if entry.get(key) and not resolve_path(cfg, entry[key]).exists():
-                out.append(resolve_path(cfg, entry[key]))
+            path = resolve_path(cfg, entry[key]) if entry.get(key) else None
+            if path is not None and not path.exists() and path not in out:
+                out.append(path)
     return out
 
 
