@@ -58,15 +58,15 @@ def gram_pca(
     keep = np.arange(n) < (rank if n_components is None else n_components)
     idx = order[keep]
     ek = e[keep]
-    Vr = V[:, idx]
+    Z_train = V[:, idx]  # V_r (a copy); Z = V_r diag(sqrt e_r), scaled in place
     del V
-    Z_train = Vr * np.sqrt(ek)[None, :]
-    scale = 1.0 / np.sqrt(ek)
+    Z_train *= np.sqrt(ek)[None, :]
+    inv = 1.0 / ek  # V_r e^-1/2 = Z e^-1
     Xc_mu = Xmu - float(mu @ mu)  # Xc mu
     outs = []
     for Xo in others:
         K = _dense_rows_product(Xo, X_train)  # X' Xᵀ
         K -= np.asarray(Xo @ mu).ravel()[:, None]
         K -= Xc_mu[None, :]
-        outs.append((K @ Vr) * scale[None, :])
+        outs.append((K @ Z_train) * inv[None, :])
     return Z_train, outs, ek
