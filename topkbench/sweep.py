@@ -140,6 +140,7 @@ def run_path(exp: ExperimentConfig, job: PathJob) -> PathSummary:
     data_seed = exp.seed + draw
     path_key = spec_key(record_spec(exp, ds, row, draw, fold, None))
     data = None
+    ck: tuple[float, np.ndarray] | None = None
     prev_model = None
     errors: list[str] = []
     for C in sorted(job.C_values):
@@ -161,11 +162,12 @@ def run_path(exp: ExperimentConfig, job: PathJob) -> PathSummary:
                 )
                 break
             data = _path_data(dataset, fold, exp.folds, data_seed)
+            # the path's checkpoint (its largest finished C), read once per job
+            ck = store.load_warm(path_key) if exp.warm_start else None
         Xtr, ytr, evals = data
         # warm start from the largest finished C <= C of this path: the previous point of
-        # this job, or the path's checkpoint (kept for its largest C, see below)
+        # this job, or the checkpoint
         warm = prev_model if exp.warm_start else None
-        ck = store.load_warm(path_key) if exp.warm_start else None
         if ck is not None and ck[0] <= C and ck[1].shape[0] == Xtr.shape[0]:
             if warm is None or ck[0] > warm.params["C"]:
                 warm = ck
@@ -216,6 +218,7 @@ def run_path(exp: ExperimentConfig, job: PathJob) -> PathSummary:
                 record[f"{split}_top{k}"] = v
         if exp.warm_start and (ck is None or C > ck[0]):
             store.save_warm(path_key, C, model.A)
+            ck = (C, model.A)
         store.write(key, record)
         summary.done += 1
         summary.not_converged += model.status != "converged"
