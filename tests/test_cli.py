@@ -113,3 +113,24 @@ def test_sweep_requires_experiment():
     assert res.exit_code != 0
     assert "no experiment selected" in res.output
     assert "experiment=table3" in res.output
+
+
+def test_bench_table5_smoke(tmp_path):
+    """The Table 5 benchmark command on a tiny Letter-shaped set: both modes, CSV and report."""
+    res = runner.invoke(
+        app,
+        [
+            "bench", "table5", "--n-jobs", "1", "--out", str(tmp_path),
+            "experiment.datasets=[{base:letter_synth,n_train:150,n_val:80,n_test:100}]",
+            "experiment.C_grid.min_exp=0", "experiment.C_grid.max_exp=0", "experiment.extend=0",
+        ],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    import pandas as pd
+
+    df = pd.read_csv(tmp_path / "table5.csv")
+    assert list(df["mode"]) == ["warm", "cold"]
+    assert (df["fits"] == 17).all()  # one C per row, 17 rows
+    assert (df["wall_seconds"] > 0).all()
+    assert "Letter-shaped Gaussian classes" in (tmp_path / "table5_letter_synth.md").read_text()
+    assert "warm starts save" in res.output
