@@ -187,8 +187,11 @@ def _ent_root_capped(bs, u, kf, alpha, A, t_guess):
     lo = bs[u] - (ao + math.log(ao))  # h(lo) > 0, see the module docstring
     hi = math.inf
     t = t_guess
+    have = False  # (h, hp, S) at t already known (reused by the first Newton step)
+    h = hp = S = 0.0
     if t > lo and t < math.inf:
-        h, _, _ = _ent_h(bs, u, kf, alpha, A, t)
+        h, hp, S = _ent_h(bs, u, kf, alpha, A, t)
+        have = True
         if h > 0.0:
             lo = t
         else:
@@ -197,18 +200,22 @@ def _ent_root_capped(bs, u, kf, alpha, A, t_guess):
         step = max(1.0, 1e-8 * abs(lo))
         hi = lo + step
         for _ in range(2000):
-            h, _, _ = _ent_h(bs, u, kf, alpha, A, hi)
-            if h < 0.0:
+            hb, _, _ = _ent_h(bs, u, kf, alpha, A, hi)
+            if hb < 0.0:
                 break
             lo = hi
             step *= 2.0
             hi = lo + step
-    if not (lo < t < hi):
+    # Newton starts from the guess when it is evaluated and inside the bracket (it is then one
+    # of its ends), else from the bracket's midpoint
+    if not (have and lo <= t <= hi) and not (lo < t < hi):
         t = 0.5 * (lo + hi)
+        have = False
     tol = 8.0 * (bs.shape[0] + 2) * _EPS * alpha
-    S = 0.0
     for _ in range(NEWTON_MAX_ITER):
-        h, hp, S = _ent_h(bs, u, kf, alpha, A, t)
+        if not have:
+            h, hp, S = _ent_h(bs, u, kf, alpha, A, t)
+        have = False
         if abs(h) <= tol:
             return t, S, STATUS_OK
         if h > 0.0:
@@ -225,6 +232,28 @@ def _ent_root_capped(bs, u, kf, alpha, A, t_guess):
             return t_new, S, STATUS_OK
         t = t_new
     return t, S, STATUS_ROOT_NOT_CONVERGED
+
+
+@njit(cache=True)
+def _capped_candidate(bs, u, kf, alpha, head, t_guess):
+    """Root and cap violations for ``|U| = u`` (sorted ``bs``, ``head`` = sum of its u largest).
+
+    Returns ``(t, alpha s, over, under, status)``: ``over`` is the relative excess of the first
+    uncapped coordinate over the cap alpha s / k, ``under`` the relative shortfall of the last
+    capped one; both <= tolerance means U is consistent.
+    """
+    om = 1.0 - u / kf
+    t, S, st = _ent_root_capped(bs, u, kf, alpha, head / kf, t_guess)
+    s_alpha = S / om  # alpha s
+    cap = s_alpha / kf  # alpha s / k
+    if cap > 0.0:
+        over = (lambertw_exp(bs[u] - t) - cap) / cap
+        under = (cap - lambertw_exp(bs[u - 1] - t)) / cap
+    else:
+        # the mass on M underflows, hence so does s and x = 0 to double precision
+        over = 0.0
+        under = 0.0
+    return t, s_alpha, over, under, st
 
 
 @njit(cache=True)
@@ -272,40 +301,54 @@ def _topk_ent_prox_raw(b, alpha, k, out, vals, srt, t_start):
         return t0, status
     bs = srt[:n]
     sort_descending(b, bs)
-    head = 0.0
+    # prefix sums of the sorted b (vals is free once t0 is known): head(u) = sum of u largest
+    prefix = vals
+    acc = 0.0
+    for j in range(n):
+        acc += bs[j]
+        prefix[j] = acc
     best_v = math.inf
     best_t = 0.0
     best_s = 0.0
+    found = False
+    # The consistent |U| = u is located by bisection on the sign of the violation: for u too
+    # small the first uncapped coordinate exceeds the cap ("over"), for u too large the last
+    # capped one falls below it ("under").  If bisection finds no consistent u (the monotonicity
+    # it assumes failing at rounding level), every candidate is scanned as before.
+    lo_u = 1
+    hi_u = min(k, n) - 1
     t = t0
-    for u in range(1, min(k, n)):
-        head += bs[u - 1]
-        A = head / kf
-        om = 1.0 - u / kf
-        t, S, st = _ent_root_capped(bs, u, kf, alpha, A, t)
-        s_alpha = S / om  # alpha s
-        cap = s_alpha / kf  # alpha s / k
-        if cap > 0.0:
-            viol = (lambertw_exp(bs[u] - t) - cap) / cap
-            viol = max(viol, (cap - lambertw_exp(bs[u - 1] - t)) / cap)
-        else:
-            # the mass on M underflows, hence so does s and x = 0 to double precision
-            viol = 0.0
+    while lo_u <= hi_u:
+        u = (lo_u + hi_u) // 2
+        t, s_alpha, over, under, st = _capped_candidate(bs, u, kf, alpha, prefix[u - 1], t)
+        viol = max(over, under)
         if viol < best_v:
-            best_v = viol
-            best_t = t
-            best_s = s_alpha
-            status = st
+            best_v, best_t, best_s, status = viol, t, s_alpha, st
         if viol <= _CONSISTENCY_TOL:
+            found = True
             break
-    else:
-        if n == k:
-            # x = (s/k) 1 with s = sigmoid(w), w + alpha (1 + 1/k) sigmoid(w) - B/k - log k = 0
-            B = head + bs[n - 1]
-            w, st = _logistic_dual_root(-B / kf - math.log(kf), alpha * (1.0 + 1.0 / kf), 0.0)
-            s = _sigmoid(w)
-            for j in range(n):
-                out[j] = s / kf
-            return t0, st
+        if over > under:
+            lo_u = u + 1
+        else:
+            hi_u = u - 1
+    if not found:
+        t = t0
+        for u in range(1, min(k, n)):
+            t, s_alpha, over, under, st = _capped_candidate(bs, u, kf, alpha, prefix[u - 1], t)
+            viol = max(over, under)
+            if viol < best_v:
+                best_v, best_t, best_s, status = viol, t, s_alpha, st
+            if viol <= _CONSISTENCY_TOL:
+                found = True
+                break
+    if not found and n == k:
+        # x = (s/k) 1 with s = sigmoid(w), w + alpha (1 + 1/k) sigmoid(w) - B/k - log k = 0
+        B = prefix[n - 1]
+        w, st = _logistic_dual_root(-B / kf - math.log(kf), alpha * (1.0 + 1.0 / kf), 0.0)
+        s = _sigmoid(w)
+        for j in range(n):
+            out[j] = s / kf
+        return t0, st
     cap = best_s / kf
     for j in range(n):
         out[j] = min(lambertw_exp(b[j] - best_t), cap) / alpha
