@@ -324,3 +324,21 @@ def test_topk_accuracy_matches_eq1_for_distinct_scores():
     for k in (1, 2, 3, 5):
         expected = np.mean([y[i] in order[i, :k] for i in range(200)])
         assert topk_accuracy(scores, y, ks=(k,))[k] == pytest.approx(expected)
+
+
+def test_ent_tr_init_is_the_start_point():
+    """init=M starts L-BFGS from M.W: LR^Multi at the same C gives the default path's result."""
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(60, 4))
+    y = np.arange(60) % 4
+    lr = topkbench.fit(X, y, "lr_multi", C=0.7, eps=1e-6)
+    default = topkbench.fit(X, y, "topk_ent_tr", C=0.7, k=2, eps=1e-6)
+    started = topkbench.fit(X, y, "topk_ent_tr", C=0.7, k=2, eps=1e-6, init=lr)
+    np.testing.assert_allclose(started.W, default.W, rtol=1e-10, atol=1e-12)
+    assert started.info["init_C"] == 0.7
+    other = topkbench.fit(X, y, "topk_ent_tr", C=0.7, k=2, eps=1e-6,
+                          init=topkbench.fit(X, y, "lr_multi", C=0.01))  # fmt: skip
+    assert other.info["init_C"] == 0.01
+    assert not np.allclose(other.W, default.W)  # a different start, a different local optimum
+    with pytest.raises(ConfigError, match="init= is for topk_ent_tr"):
+        topkbench.fit(X, y, "lr_multi", C=1.0, init=lr)

@@ -487,3 +487,19 @@ def test_best_C_tie_is_robust_to_rounding():
 def test_best_C_tie_on_an_unsorted_curve():
     curve = pd.DataFrame({"C": [10.0, 1.0], "val_top1": [0.5, 0.5]})
     assert best_C(curve, 1) == 1.0
+
+
+def test_ent_tr_starts_from_the_selected_lr_multi(smoke_run):
+    """ent_tr_init: selected — every Ent_tr record (selection folds and refit) records the C of
+    the LR^Multi model selected for the row's k (TPAMI §6.2), recomputed here independently."""
+    exp, _ = smoke_run
+    assert exp.ent_tr_init == "selected"
+    recs = records(exp)
+    for ds, folds in (("synth_val", ("val",)), ("synth_cv", CV_FOLDS)):
+        lr = recs[(recs["dataset"] == ds) & (recs["row"] == "LR^Multi")]
+        for k in (3, 5, 10):
+            ent = recs[(recs["dataset"] == ds) & (recs["row"] == f"top-{k} Ent_tr")]
+            assert len(ent) and ent["init_C"].notna().all()
+            want = select_C(lr, folds, ks=(k,))[k]
+            np.testing.assert_allclose(ent["init_C"].unique(), [want], rtol=1e-12)
+    assert recs.loc[recs["method"] != "topk_ent_tr", "init_C"].isna().all()

@@ -125,6 +125,7 @@ class ExperimentConfig:
     scheduler: str | None = None  # dask.distributed scheduler address; None = joblib
     layout: str = "rows"  # report layout: rows (Table 3) | datasets (Table 5)
     warm_start: bool = True  # warm-start along each C path (False: every fit from zero)
+    ent_tr_init: str = "same_C"  # topk_ent_tr start: LR^Multi at the same C | "selected"
     blocks: tuple[tuple[str, str], ...] = ()  # extra report blocks: (name, title)
 
     @property
@@ -200,8 +201,16 @@ class ExperimentConfig:
             scheduler=root.get("scheduler") or None,
             layout=str(exp.get("layout", "rows")),
             warm_start=bool(exp.get("warm_start", True)),
+            ent_tr_init=_choice(exp, "ent_tr_init", "same_C", ("same_C", "selected")),
             blocks=blocks,
         )
+
+
+def _choice(d: dict[str, Any], key: str, default: str, allowed: tuple[str, ...]) -> str:
+    value = str(d.get(key, default))
+    if value not in allowed:
+        raise ConfigError(f"{key} must be one of {', '.join(allowed)}; got {value!r}")
+    return value
 
 
 def dataset_has_val(cfg: DatasetConfig) -> bool:

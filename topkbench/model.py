@@ -103,6 +103,7 @@ def fit(
     eval_every: int = 1,
     n_classes: int | None = None,
     warm_start: Model | tuple[float, NDArray[np.float64]] | None = None,
+    init: Model | None = None,
     warn: bool = True,
 ) -> Model:
     """Train ``method`` on features ``X`` (dense or CSR, n x d) and 0-based labels ``Y``.
@@ -126,6 +127,8 @@ def fit(
     warm_start : a model of the same method on the same data (e.g. the previous C on a path),
         or a pair ``(C_old, A_old)``; the dual is rescaled by ``C_new / C_old`` (which keeps
         it feasible) and W recomputed.
+    init : for ``topk_ent_tr`` only, the model whose ``W`` L-BFGS starts from (TPAMI §6.2:
+        the selected LR^Multi solution); without it, LR^Multi is first solved at the same C.
     """
     spec = get_method(method)
     gram = None
@@ -166,10 +169,13 @@ def fit(
         raise ConfigError(f"method {spec.name} has no smoothing parameter; use gamma=0")
     if "k" not in spec.params and k != 1:
         raise ConfigError(f"method {spec.name} is a top-1 loss and takes no k; use k=1")
+    if init is not None and spec.solver != "lbfgs":
+        raise ConfigError(f"init= is for topk_ent_tr; {spec.name} takes warm_start=")
     if spec.solver == "lbfgs":
         return _fit_ent_tr(
             X, y, m, spec.name, C=C, k=k, eps=eps, max_epochs=max_epochs, seed=seed,
-            time_limit=time_limit, eval_every=eval_every, warm_start=warm_start, warn=warn,
+            time_limit=time_limit, eval_every=eval_every, warm_start=warm_start, init=init,
+            warn=warn,
         )  # fmt: skip
     A0 = None
     if warm_start is not None:
@@ -224,8 +230,9 @@ def fit(
 
 
 def _fit_ent_tr(X, y, m, name, *, C, k, eps, max_epochs, seed, time_limit, eval_every,
-                warm_start, warn) -> Model:  # fmt: skip
-    """top-k Ent_tr: LR^Multi at the same C (TPAMI §6.2), then L-BFGS (solvers/ent_tr.py).
+                warm_start, init, warn) -> Model:  # fmt: skip
+    """top-k Ent_tr: L-BFGS (solvers/ent_tr.py) from ``init.W`` (a trained LR^Multi model, the
+    TPAMI §6.2 protocol), or from LR^Multi solved at the same C.
 
     ``eps`` is the relative gradient tolerance of L-BFGS and the duality-gap tolerance of the
     LR^Multi start; ``max_epochs`` bounds both.  The returned ``A`` is the LR^Multi dual of the
@@ -235,6 +242,14 @@ def _fit_ent_tr(X, y, m, name, *, C, k, eps, max_epochs, seed, time_limit, eval_
     """
     from topkbench.solvers.ent_tr import solve_ent_tr
 
+    if init is not None:
+        if init.W is None or init.W.shape != (X.shape[1], m):
+            raise ConfigError(
+                f"init needs a linear model with W of shape {(X.shape[1], m)} on these features"
+            )
+        start = init
+        r = solve_ent_tr(X, y, init.W, C=C, k=k, gtol=eps, max_iter=max(1, max_epochs))
+        return _ent_tr_model(name, C, k, eps, seed, start, r, warn, init_seconds=0.0)
     lr_warm = warm_start
     if isinstance(warm_start, Model):
         if warm_start.method not in (name, "lr_multi"):
@@ -249,6 +264,11 @@ def _fit_ent_tr(X, y, m, name, *, C, k, eps, max_epochs, seed, time_limit, eval_
     )  # fmt: skip
     # for k = 1 (LR^Multi) L-BFGS only confirms stationarity of the start
     r = solve_ent_tr(X, y, start.W, C=C, k=k, gtol=eps, max_iter=max(1, max_epochs))
+    return _ent_tr_model(name, C, k, eps, seed, start, r, warn, start.train_seconds)
+
+
+def _ent_tr_model(name, C, k, eps, seed, start, r, warn, init_seconds: float) -> Model:
+    """The Model of an Ent_tr run: L-BFGS result ``r`` started from LR^Multi model ``start``."""
     if r.status != "converged" and warn:
         warnings.warn(
             f"top-k Ent_tr L-BFGS stopped on {r.status} after {r.iterations} iterations "
@@ -266,12 +286,13 @@ def _fit_ent_tr(X, y, m, name, *, C, k, eps, max_epochs, seed, time_limit, eval_
         relative_gap=float("nan"),
         status=r.status,
         epochs=r.iterations,
-        train_seconds=start.train_seconds + r.seconds,
+        train_seconds=init_seconds + r.seconds,
         trace=r.trace,
         info={
             "grad_norm": r.grad_norm,
             "lbfgs_message": r.message,
             "init_method": "lr_multi",
+            "init_C": start.params["C"],
             "init_primal": start.primal,
             "init_relative_gap": start.relative_gap,
             "init_epochs": start.epochs,

@@ -401,8 +401,14 @@ def _build_datasets_report(exp, records, selected, published) -> TableReport:
     nonconvex = [r.row for r in exp.rows if get_method(r.method).solver == "lbfgs"]
     if nonconvex:
         lines.append(
-            f"{', '.join(nonconvex)}: nonconvex, L-BFGS from the LR^Multi solution at the same C "
-            "(a local optimum; 'converged' means the gradient test)."
+            f"{', '.join(nonconvex)}: nonconvex, L-BFGS from "
+            + (
+                "the LR^Multi model selected for the row's k (TPAMI §6.2), retrained on each "
+                "fold or on all of train"
+                if exp.ent_tr_init == "selected"
+                else "the LR^Multi solution at the same C"
+            )
+            + " (a local optimum; 'converged' means the gradient test)."
         )
     if draws > 1:
         lines.append(f"Ours: mean ± sample std over {draws} draws (data seeds from {exp.seed}).")

@@ -54,6 +54,7 @@ class PathJob:
     row: SweepRow
     fold: str
     C_values: tuple[float, ...]
+    init_C: float | None = None  # topk_ent_tr: start from LR^Multi trained at this C
 
 
 @dataclass
@@ -72,7 +73,13 @@ class PathSummary:
 
 
 def record_spec(
-    exp: ExperimentConfig, ds: DatasetConfig, row: SweepRow, draw: int, fold: str, C: float | None
+    exp: ExperimentConfig,
+    ds: DatasetConfig,
+    row: SweepRow,
+    draw: int,
+    fold: str,
+    C: float | None,
+    init_C: float | None = None,
 ) -> dict[str, Any]:
     """The canonical spec of one record (its hash is the record key)."""
     import topkbench
@@ -93,6 +100,8 @@ def record_spec(
         "eval_every": exp.eval_every,
         "version": topkbench.__version__,
     }
+    if init_C is not None:
+        spec["init_C"] = float(init_C)
     return spec
 
 
@@ -138,13 +147,15 @@ def run_path(exp: ExperimentConfig, job: PathJob) -> PathSummary:
     store = RecordStore(exp.results_dir, exp.name)
     summary = PathSummary(row=row.row, draw=draw, dataset=ds.name, fold=fold)
     data_seed = exp.seed + draw
-    path_key = spec_key(record_spec(exp, ds, row, draw, fold, None))
+    init_C = job.init_C
+    path_key = spec_key(record_spec(exp, ds, row, draw, fold, None, init_C))
     data = None
+    init_model = None
     ck: tuple[float, np.ndarray] | None = None
     prev_model = None
     errors: list[str] = []
     for C in sorted(job.C_values):
-        key = spec_key(record_spec(exp, ds, row, draw, fold, C))
+        key = spec_key(record_spec(exp, ds, row, draw, fold, C, init_C))
         if store.has(key):
             summary.cached += 1
             prev_model = None
@@ -163,11 +174,13 @@ def run_path(exp: ExperimentConfig, job: PathJob) -> PathSummary:
                 break
             data = _path_data(dataset, fold, exp.folds, data_seed)
             # the path's checkpoint (its largest finished C), read once per job
-            ck = store.load_warm(path_key) if exp.warm_start else None
+            ck = store.load_warm(path_key) if exp.warm_start and init_C is None else None
+            if init_C is not None:  # TPAMI §6.2: Ent_tr starts from the selected LR^Multi
+                init_model = _init_model(exp, data, init_C, data_seed, dataset.n_classes)
         Xtr, ytr, evals = data
         # warm start from the largest finished C <= C of this path: the previous point of
         # this job, or the checkpoint
-        warm = prev_model if exp.warm_start else None
+        warm = prev_model if exp.warm_start and init_C is None else None
         if ck is not None and ck[0] <= C and ck[1].shape[0] == Xtr.shape[0]:
             if warm is None or ck[0] > warm.params["C"]:
                 warm = ck
@@ -188,6 +201,7 @@ def run_path(exp: ExperimentConfig, job: PathJob) -> PathSummary:
                     seed=data_seed,
                     n_classes=dataset.n_classes,
                     warm_start=warm,
+                    init=init_model,
                     warn=False,
                 )
         except TopkbenchError as exc:
@@ -198,7 +212,11 @@ def run_path(exp: ExperimentConfig, job: PathJob) -> PathSummary:
             continue
         ks = [k for k in range(1, dataset.n_classes) if k <= max(exp.ks)]
         record: dict[str, Any] = {
-            **{k: v for k, v in record_spec(exp, ds, row, draw, fold, C).items() if k != "dataset"},
+            **{
+                k: v
+                for k, v in record_spec(exp, ds, row, draw, fold, C, init_C).items()
+                if k != "dataset"
+            },
             "dataset": ds.name,
             "row": row.row,
             "status": model.status,
@@ -216,7 +234,7 @@ def run_path(exp: ExperimentConfig, job: PathJob) -> PathSummary:
             acc = topk_accuracy(model.decision_function(Xs), ys, ks)
             for k, v in acc.items():
                 record[f"{split}_top{k}"] = v
-        if exp.warm_start and (ck is None or C > ck[0]):
+        if exp.warm_start and init_C is None and (ck is None or C > ck[0]):
             store.save_warm(path_key, C, model.A)
             ck = (C, model.A)
         store.write(key, record)
@@ -226,6 +244,18 @@ def run_path(exp: ExperimentConfig, job: PathJob) -> PathSummary:
     summary.seconds = time.perf_counter() - start
     summary.errors = tuple(errors)
     return summary
+
+
+def _init_model(exp: ExperimentConfig, data, C: float, seed: int, m: int):
+    """LR^Multi trained at ``C`` on a path's training data: the start of its Ent_tr fits."""
+    from topkbench.model import fit
+
+    Xtr, ytr, _ = data
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fit(Xtr, ytr, "lr_multi", C=C, eps=exp.eps, max_epochs=exp.max_epochs,
+                   time_limit=exp.time_limit, eval_every=exp.eval_every, seed=seed,
+                   n_classes=m, warn=False)  # fmt: skip
 
 
 def _warm_up(methods: set[str]) -> None:
@@ -289,7 +319,11 @@ def _grid_step(exp: ExperimentConfig) -> float:
 
 
 def _extension_jobs(
-    exp: ExperimentConfig, records: pd.DataFrame, decided: dict[tuple, set[float]]
+    exp: ExperimentConfig,
+    records: pd.DataFrame,
+    decided: dict[tuple, set[float]],
+    rows: tuple[SweepRow, ...],
+    init: dict[tuple, float],
 ) -> list[PathJob]:
     """One more C beyond each boundary that some column's best C still sits on.
 
@@ -307,7 +341,7 @@ def _extension_jobs(
         folds = selection_folds(exp, di)
         recs_ds = records[records["dataset"] == ds.name]
         for draw in range(exp.draws):
-            for row in exp.rows:
+            for row in rows:
                 pts = decided.setdefault((di, draw, row.row), set())
                 allowed = np.concatenate([base, sorted(pts)])
                 recs = recs_ds[(recs_ds["draw"] == draw) & (recs_ds["row"] == row.row)]
@@ -328,12 +362,15 @@ def _extension_jobs(
                 new -= pts
                 if new:  # one job per path keeps its warm starts sequential (deterministic)
                     pts |= new
+                    init_C = init.get((di, draw, row.row))
                     for fold in folds:
-                        jobs.append(PathJob(di, draw, row, fold, tuple(sorted(new))))
+                        jobs.append(PathJob(di, draw, row, fold, tuple(sorted(new)), init_C))
     return jobs
 
 
-def _refit_jobs(exp: ExperimentConfig, records: pd.DataFrame) -> list[PathJob]:
+def _refit_jobs(
+    exp: ExperimentConfig, records: pd.DataFrame, init: dict[tuple, float]
+) -> list[PathJob]:
     jobs = []
     for di, ds in enumerate(exp.datasets):
         if exp.selection_for(di) != "cv":
@@ -348,18 +385,56 @@ def _refit_jobs(exp: ExperimentConfig, records: pd.DataFrame) -> list[PathJob]:
                 curve = mean_validation(recs, folds, exp.ks)
                 Cs = {best_C(curve, k) for k in exp.ks} - {None}
                 if Cs:
-                    jobs.append(PathJob(di, draw, row, REFIT, tuple(sorted(Cs))))
+                    init_C = init.get((di, draw, row.row))
+                    jobs.append(PathJob(di, draw, row, REFIT, tuple(sorted(Cs)), init_C))
     return jobs
 
 
-def base_jobs(exp: ExperimentConfig) -> list[PathJob]:
+def base_jobs(
+    exp: ExperimentConfig,
+    rows: tuple[SweepRow, ...] | None = None,
+    init: dict[tuple, float] | None = None,
+) -> list[PathJob]:
+    init = init or {}
     return [
-        PathJob(di, draw, row, fold, exp.C_values)
+        PathJob(di, draw, row, fold, exp.C_values, init.get((di, draw, row.row)))
         for di in range(len(exp.datasets))
         for draw in range(exp.draws)
-        for row in exp.rows
+        for row in (exp.rows if rows is None else rows)
         for fold in selection_folds(exp, di)
     ]
+
+
+def init_row(exp: ExperimentConfig) -> SweepRow | None:
+    """The LR^Multi row whose selected model starts the Ent_tr rows (``ent_tr_init:
+    selected``), or None (then Ent_tr starts from LR^Multi at its own C)."""
+    if exp.ent_tr_init != "selected":
+        return None
+    return next(
+        (r for r in exp.rows if r.method == "lr_multi" and not r.block and r.gamma == 0.0), None
+    )
+
+
+def _init_Cs(exp, records: pd.DataFrame, lr: SweepRow, rows) -> dict[tuple, float]:
+    """Per (dataset, draw, Ent_tr row): the C selected for LR^Multi's top-k, k of the row."""
+    out = {}
+    for di, ds in enumerate(exp.datasets):
+        folds = selection_folds(exp, di)
+        for draw in range(exp.draws):
+            recs = records[
+                (records["dataset"] == ds.name)
+                & (records["draw"] == draw)
+                & (records["row"] == lr.row)
+            ] if not records.empty else records  # fmt: skip
+            curve = mean_validation(recs, folds, sorted({*exp.ks, *(r.k for r in rows)}))
+            for row in rows:
+                C = best_C(curve, row.k)
+                if C is None:
+                    log.error("%s draw %d: no LR^Multi selection for %s; it starts from "
+                              "LR^Multi at its own C", ds.name, draw, row.row)  # fmt: skip
+                    continue
+                out[(di, draw, row.row)] = C
+    return out
 
 
 def _execute(
@@ -413,19 +488,32 @@ def run_sweep(
         if ds.kind in ("libsvm", "mat"):
             load_dataset_cached(ds, exp.seed)
     store = RecordStore(exp.results_dir, exp.name)
-    jobs = base_jobs(exp)
-    if on_stage:
-        on_stage("grid", sum(len(j.C_values) for j in jobs))
-    results = _execute(exp, jobs, on_path_done)
+    lr = init_row(exp)
+    dependent = tuple(r for r in exp.rows if lr is not None and r.method == "topk_ent_tr")
+    first = tuple(r for r in exp.rows if r not in dependent)
     decided: dict[tuple, set[float]] = {}
-    for _ in range(exp.extend):
-        ext = _extension_jobs(exp, store.load(), decided)
-        if not ext:
-            break
+
+    def stage(rows, init, label) -> list[PathSummary]:
+        jobs = base_jobs(exp, rows, init)
         if on_stage:
-            on_stage("extend", sum(len(j.C_values) for j in ext))
-        results += _execute(exp, ext, on_path_done)
-    refits = _refit_jobs(exp, store.load())
+            on_stage(label, sum(len(j.C_values) for j in jobs))
+        out = _execute(exp, jobs, on_path_done)
+        for _ in range(exp.extend):
+            ext = _extension_jobs(exp, store.load(), decided, rows, init)
+            if not ext:
+                break
+            if on_stage:
+                on_stage("extend", sum(len(j.C_values) for j in ext))
+            out += _execute(exp, ext, on_path_done)
+        return out
+
+    results = stage(first, {}, "grid")
+    init: dict[tuple, float] = {}
+    if dependent:
+        # TPAMI §6.2: top-k Ent_tr starts from the selected LR^Multi solution
+        init = _init_Cs(exp, store.load(), lr, dependent)
+        results += stage(dependent, init, "grid (Ent_tr from selected LR^Multi)")
+    refits = _refit_jobs(exp, store.load(), init)
     if refits and on_stage:
         on_stage("refit", sum(len(j.C_values) for j in refits))
     results += _execute(exp, refits, on_path_done)
