@@ -92,15 +92,25 @@ def resolve_path(cfg: DatasetConfig, name: str) -> Path:
     return data_dir() / cfg.name / name
 
 
-def missing_files(cfg: DatasetConfig) -> list[Path]:
-    """Files of ``cfg`` that are not on disk (empty for generated datasets)."""
-    out: list[Path] = []
+def unique_files(cfg: DatasetConfig) -> list[dict[str, Any]]:
+    """File entries of ``cfg`` with duplicates (several splits in one file) merged."""
+    seen: dict[str, dict[str, Any]] = {}
     for entry in file_entries(cfg).values():
         for key in ("file", "labels"):
-            path = resolve_path(cfg, entry[key]) if entry.get(key) else None
-            if path is not None and not path.exists() and path not in out:
-                out.append(path)
-    return out
+            name = entry.get(key)
+            if not name:
+                continue
+            cur = seen.setdefault(name, {"file": name, "url": None, "sha256": None})
+            if key == "file":
+                cur["url"] = cur["url"] or entry.get("url")
+                cur["sha256"] = cur["sha256"] or entry.get("sha256")
+    return list(seen.values())
+
+
+def missing_files(cfg: DatasetConfig) -> list[Path]:
+    """Files of ``cfg`` that are not on disk (empty for generated datasets)."""
+    paths = [resolve_path(cfg, f["file"]) for f in unique_files(cfg)]
+    return [p for p in paths if not p.exists()]
 
 
 def append_bias(X, value: float):
@@ -360,11 +370,9 @@ def _cache_path(cfg: DatasetConfig) -> Path:
     import json
 
     stamp = []
-    for entry in file_entries(cfg).values():
-        for key in ("file", "labels"):
-            if entry.get(key):
-                st = resolve_path(cfg, entry[key]).stat()
-                stamp.append([entry[key], st.st_size, st.st_mtime_ns])
+    for f in unique_files(cfg):
+        st = resolve_path(cfg, f["file"]).stat()
+        stamp.append([f["file"], st.st_size, st.st_mtime_ns])
     blob = json.dumps([cfg.spec_dict(), stamp], sort_keys=True, default=repr)
     digest = hashlib.sha256(blob.encode()).hexdigest()[:20]
     return data_dir() / ".cache" / f"{cfg.name}-{digest}.pkl"

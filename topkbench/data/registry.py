@@ -11,10 +11,9 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from topkbench.config import DatasetConfig
-from topkbench.data.dataset import data_dir, file_entries, resolve_path
+from topkbench.data.dataset import data_dir, resolve_path, unique_files
 from topkbench.errors import ConfigError, DatasetNotFoundError, TopkbenchError
 
 LOCK_NAME = "SHA256SUMS"
@@ -92,21 +91,6 @@ def _write_lock(cfg: DatasetConfig, entries: dict[str, str]) -> None:
     tmp = p.with_suffix(".tmp")
     tmp.write_text("".join(f"{h}  {f}\n" for f, h in sorted(entries.items())))
     tmp.replace(p)
-
-
-def unique_files(cfg: DatasetConfig) -> list[dict[str, Any]]:
-    """File entries of ``cfg`` with duplicates (several splits in one file) merged."""
-    seen: dict[str, dict[str, Any]] = {}
-    for entry in file_entries(cfg).values():
-        for key in ("file", "labels"):
-            name = entry.get(key)
-            if not name:
-                continue
-            cur = seen.setdefault(name, {"file": name, "url": None, "sha256": None})
-            if key == "file":
-                cur["url"] = cur["url"] or entry.get("url")
-                cur["sha256"] = cur["sha256"] or entry.get("sha256")
-    return list(seen.values())
 
 
 def verify(cfg: DatasetConfig) -> list[FileStatus]:

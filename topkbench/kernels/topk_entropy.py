@@ -315,11 +315,24 @@ def _topk_ent_prox_raw(b, alpha, k, out, vals, srt, t_start):
     # small the first uncapped coordinate exceeds the cap ("over"), for u too large the last
     # capped one falls below it ("under").  If bisection finds no consistent u (the monotonicity
     # it assumes failing at rounding level), every candidate is scanned as before.
+    n_cand = min(k, n)  # candidates u = 1 .. n_cand - 1
     lo_u = 1
-    hi_u = min(k, n) - 1
+    hi_u = n_cand - 1
+    bisect = True
+    u_scan = 0
     t = t0
-    while lo_u <= hi_u:
-        u = (lo_u + hi_u) // 2
+    while True:
+        if bisect and lo_u > hi_u:  # bisection exhausted: scan every candidate from u = 1
+            bisect = False
+            u_scan = 1
+            t = t0
+        if bisect:
+            u = (lo_u + hi_u) // 2
+        elif u_scan < n_cand:
+            u = u_scan
+            u_scan += 1
+        else:
+            break
         t, s_alpha, over, under, st = _capped_candidate(bs, u, kf, alpha, prefix[u - 1], t)
         viol = max(over, under)
         if viol < best_v:
@@ -327,20 +340,11 @@ def _topk_ent_prox_raw(b, alpha, k, out, vals, srt, t_start):
         if viol <= _CONSISTENCY_TOL:
             found = True
             break
-        if over > under:
-            lo_u = u + 1
-        else:
-            hi_u = u - 1
-    if not found:
-        t = t0
-        for u in range(1, min(k, n)):
-            t, s_alpha, over, under, st = _capped_candidate(bs, u, kf, alpha, prefix[u - 1], t)
-            viol = max(over, under)
-            if viol < best_v:
-                best_v, best_t, best_s, status = viol, t, s_alpha, st
-            if viol <= _CONSISTENCY_TOL:
-                found = True
-                break
+        if bisect:
+            if over > under:
+                lo_u = u + 1
+            else:
+                hi_u = u - 1
     if not found and n == k:
         # x = (s/k) 1 with s = sigmoid(w), w + alpha (1 + 1/k) sigmoid(w) - B/k - log k = 0
         B = prefix[n - 1]
