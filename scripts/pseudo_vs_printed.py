@@ -18,7 +18,7 @@ import numpy as np
 import topkbench
 from topkbench.kernels.sdca import objective_terms
 from topkbench.losses.registry import get_method
-from topkbench.solvers.sdca import relative_gap
+from topkbench.solvers.sdca import as_label_csr, relative_gap
 
 
 def main() -> None:
@@ -53,7 +53,7 @@ def main() -> None:
                 f"epochs={f.epochs} ({f.status})"
             )
         ps = fits["topk_svm_alpha_pseudo"]
-        lsum, csum = objective_terms(X @ ps.W, y, ps.A, printed, C, 0.0, k)
+        lsum, csum = objective_terms(X @ ps.W, *as_label_csr(y), ps.A, printed, C, 0.0, k)
         half = 0.5 * float(np.vdot(ps.W, ps.W))
         P, D = lam * (half + C * lsum), lam * (C * csum - half)
         print(

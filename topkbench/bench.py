@@ -80,12 +80,18 @@ def bench_sdca(
     seed: int = 0,
 ) -> list[SDCABenchRow]:
     from topkbench.kernels import sdca as _k
-    from topkbench.solvers.sdca import evaluate_objective, relative_gap, row_sqnorms
+    from topkbench.solvers.sdca import (
+        as_label_csr,
+        evaluate_objective,
+        relative_gap,
+        row_sqnorms,
+    )
 
     if methods is None:
         methods = DEFAULT_SDCA_METHODS
     X, y = make_gaussian_problem(n, d, m, seed)
     sq = row_sqnorms(X)
+    yptr, yidx = as_label_csr(y)
     # compile on a tiny problem of the same dtypes
     Xs, ys = make_gaussian_problem(20, 3, 4, seed)
     for name, gamma, _ in methods:
@@ -94,8 +100,9 @@ def bench_sdca(
         W = np.zeros((3, 4))
         perms = np.arange(20, dtype=np.int64)[None, :]
         _k.sdca_epochs_dense(
-            Xs, ys, row_sqnorms(Xs), A, W, perms, spec.loss_id, C, gamma, 2, np.full(20, np.nan)
-        )
+            Xs, *as_label_csr(ys), row_sqnorms(Xs), A, W, perms, spec.loss_id, C, gamma, 2,
+            np.full(20, np.nan),
+        )  # fmt: skip
     rows = []
     rng = np.random.default_rng(seed)
     for name, gamma, k in methods:
@@ -109,7 +116,7 @@ def bench_sdca(
         for _ in range(epochs):
             perms = rng.permutation(n).astype(np.int64)[None, :]
             t0 = time.perf_counter()
-            _k.sdca_epochs_dense(X, y, sq, A, W, perms, spec.loss_id, C, gamma, k, troots)
+            _k.sdca_epochs_dense(X, yptr, yidx, sq, A, W, perms, spec.loss_id, C, gamma, k, troots)
             times.append(time.perf_counter() - t0)
         P, D = evaluate_objective(X, y, A, W, spec.loss_id, C, gamma, k)
         med = float(np.median(times))

@@ -2,18 +2,29 @@
 
 from __future__ import annotations
 
+import logging
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 from numpy.typing import NDArray
 
 from topkbench.errors import ConfigError, ConvergenceWarning, InputError
 from topkbench.gram import check_gram
 from topkbench.losses.registry import get_method
 from topkbench.solvers.sdca import TracePoint, solve_sdca
-from topkbench.validation import check_features, check_int, check_k, check_labels, check_positive
+from topkbench.validation import (
+    check_features,
+    check_int,
+    check_k,
+    check_labels,
+    check_multilabel,
+    check_positive,
+)
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -106,10 +117,17 @@ def fit(
     init: Model | None = None,
     warn: bool = True,
 ) -> Model:
-    """Train ``method`` on features ``X`` (dense or CSR, n x d) and 0-based labels ``Y``.
+    """Train ``method`` on features ``X`` (dense or CSR, n x d) and targets ``Y``.
 
     Minimizes ``P(W) = lambda/2 ||W||^2 + 1/n sum_i L(y_i, W^T x_i)`` with
     ``C = 1/(lambda n)`` (DESIGN §2) and certifies the result with the duality gap.
+
+    ``Y`` holds 0-based class indices for the multiclass methods; for the multilabel methods
+    (``svm_ml``, ``lr_ml``) an n x m 0/1 indicator (dense or sparse), or class indices read as
+    singleton label sets.  Multilabel examples whose label set is empty or complete carry no
+    ranking constraint (TPAMI §3.3): they are left out of training (their dual rows stay 0,
+    the count is logged and kept in ``model.info["excluded_examples"]``), and ``n`` in
+    ``C = 1/(lambda n)`` and in P(W) counts the remaining examples.
 
     Parameters
     ----------
@@ -156,7 +174,32 @@ def fit(
             kernel = None
     if gram is not None and spec.solver != "sdca":
         raise ConfigError(f"method {spec.name} ({spec.solver}) has no kernel mode")
-    y, m = check_labels(Y, n_rows, n_classes)
+    keep = None
+    if spec.task == "multilabel":
+        y, m = check_multilabel(Y, n_rows, n_classes)
+        sizes = np.diff(y.indptr)
+        keep = (sizes > 0) & (sizes < m)
+        excluded = int(n_rows - keep.sum())
+        if excluded == n_rows:
+            raise InputError(
+                f"every one of the {n_rows} training examples has an empty or complete label "
+                "set; a multilabel ranking loss needs at least one with 0 < |Y| < m"
+            )
+        if excluded:
+            logger.info(
+                "%s: %d of %d training examples have an empty or complete label set and are "
+                "left out of training (no ranking constraint)",
+                spec.name, excluded, n_rows,
+            )  # fmt: skip
+        else:
+            keep = None
+    else:
+        if sp.issparse(Y) or np.ndim(Y) == 2:
+            raise InputError(
+                f"method {spec.name} is multiclass and needs 1-D labels (one class index per "
+                "example); for multilabel targets use svm_ml or lr_ml (or a primary-label column)"
+            )
+        y, m = check_labels(Y, n_rows, n_classes)
     C = check_positive("C", C)
     gamma = check_positive("gamma", gamma, allow_zero=True)
     k = check_k(k, m)
@@ -193,8 +236,14 @@ def fit(
                 "(same training data)"
             )
         A0 = A_old * (C / C_old)
+    feats = gram if gram is not None else X
+    if keep is not None:
+        rows = np.flatnonzero(keep)
+        feats = feats[rows][:, rows] if gram is not None else feats[rows]
+        y = y[rows]
+        A0 = None if A0 is None else A0[rows]
     res = solve_sdca(
-        gram if gram is not None else X,
+        feats,
         y,
         gram=gram is not None,
         n_classes=m,
@@ -210,12 +259,18 @@ def fit(
         A0=A0,
         warn=warn,
     )
+    A = res.A
+    info: dict[str, Any] = {}
+    if keep is not None:
+        A = np.zeros((n_rows, m))
+        A[keep] = res.A
+        info["excluded_examples"] = int(n_rows - keep.sum())
     params = {"C": C, "k": k, "gamma": gamma, "eps": eps, "seed": seed}
     return Model(
         method=spec.name,
         params=params,
         W=res.W,
-        A=res.A,
+        A=A,
         primal=res.primal,
         dual=res.dual,
         relative_gap=res.relative_gap,
@@ -226,6 +281,7 @@ def fit(
         kernel=kernel,
         theta=theta if kernel == "rbf" else None,
         X_train=X if kernel == "rbf" else None,
+        info=info,
     )
 
 

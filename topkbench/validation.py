@@ -73,6 +73,47 @@ def check_labels(y, n: int, n_classes: int | None = None) -> tuple[np.ndarray, i
     return labels, m
 
 
+def check_multilabel(Y, n: int, n_classes: int | None = None) -> tuple[sp.csr_matrix, int]:
+    """Return (CSR 0/1 indicator with sorted indices, m) for multilabel targets.
+
+    Accepts a dense 0/1 (or boolean) array, a sparse indicator, or 1-D class indices (each
+    example then has the singleton label set ``{y_i}``).  Refuses other values, wrong shapes
+    and fewer than 2 classes.
+    """
+    if not sp.issparse(Y):
+        arr = np.asarray(Y)
+        if arr.ndim == 1:
+            y, m = check_labels(arr, n, n_classes)
+            ind = sp.csr_matrix((np.ones(n, dtype=np.int8), y, np.arange(n + 1)), shape=(n, m))
+            return ind, m
+        if arr.ndim != 2:
+            raise InputError(
+                f"multilabel targets must be an n x m 0/1 indicator, got shape {arr.shape}"
+            )
+        Y = arr
+    if Y.shape[0] != n:
+        raise InputError(f"got {Y.shape[0]} label rows for {n} rows of X")
+    m = Y.shape[1] if n_classes is None else int(n_classes)
+    if Y.shape[1] != m:
+        raise InputError(f"the indicator has {Y.shape[1]} columns; n_classes = {m}")
+    ind = sp.csr_matrix(Y)
+    ind.sum_duplicates()
+    ind.eliminate_zeros()
+    bad = (ind.data != 1) & (ind.data != True)  # noqa: E712 (bool indicators)
+    if bad.any():
+        pos = int(np.flatnonzero(bad)[0])
+        row = int(np.searchsorted(ind.indptr, pos, side="right") - 1)
+        raise InputError(
+            f"multilabel indicator must be 0/1; got {ind.data[pos]!r} at row {row}, "
+            f"column {int(ind.indices[pos])}"
+        )
+    if m < 2:
+        raise InputError(f"need at least 2 classes, got m = {m}")
+    ind = sp.csr_matrix((np.ones(ind.nnz, dtype=np.int8), ind.indices, ind.indptr), shape=(n, m))
+    ind.sort_indices()
+    return ind, m
+
+
 def _is_int_like(v) -> bool:
     return isinstance(v, numbers.Integral) or (
         isinstance(v, numbers.Real) and math.isfinite(v) and float(v).is_integer()

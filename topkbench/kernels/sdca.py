@@ -50,6 +50,12 @@ import math
 import numpy as np
 from numba import njit
 
+from topkbench.kernels.multilabel import (
+    is_multilabel,
+    loss_value_ml,
+    neg_conjugate_value_ml,
+    update_block_ml,
+)
 from topkbench.kernels.projections import simplex_biased_threshold
 from topkbench.kernels.roots import STATUS_OK, _logistic_dual_root, _sigmoid
 from topkbench.kernels.topk import (
@@ -204,7 +210,8 @@ def update_block(loss, y, s, a, kii, C, gamma, k, out, work, vals, srt, idx, tro
 @njit(cache=True)
 def _scratch(m):
     """Per-call scratch of the epoch kernels (allocated once per call, not per example):
-    scores, new block, and the ``work``, ``vals``, ``srt``, ``idx`` arrays of update_block."""
+    scores, new block, the ``work``, ``vals``, ``srt``, ``idx`` arrays of update_block, and
+    the all-False label mask of the multilabel updates."""
     return (
         np.empty(m),
         np.empty(m),
@@ -212,6 +219,22 @@ def _scratch(m):
         np.empty(m),
         np.empty(m),
         np.empty(m, dtype=np.int64),
+        np.zeros(m, dtype=np.bool_),
+    )
+
+
+@njit(cache=True)
+def _update(loss, yptr, yidx, i, s, a, kii, C, gamma, k, out, scratch, troots):
+    """Dispatch one block update: labels of example ``i`` are ``yidx[yptr[i]:yptr[i+1]]``
+    (exactly one for the multiclass losses)."""
+    _, _, work, vals, srt, idx, mask = scratch
+    if is_multilabel(loss):
+        labels = yidx[yptr[i] : yptr[i + 1]]
+        return update_block_ml(
+            loss, labels, s, a, kii, C, gamma, out, work, vals, idx, troots, i, mask
+        )
+    return update_block(
+        loss, yidx[yptr[i]], s, a, kii, C, gamma, k, out, work, vals, srt, idx, troots, i
     )
 
 
@@ -229,8 +252,11 @@ def _store_block(A, i, new, delta):
 
 
 @njit(cache=True)
-def sdca_epochs_dense(X, y, sqnorms, A, W, perms, loss, C, gamma, k, troots):
+def sdca_epochs_dense(X, yptr, yidx, sqnorms, A, W, perms, loss, C, gamma, k, troots):
     """Run ``perms.shape[0]`` SDCA epochs in place on dense ``X`` (n x d), ``W`` (d x m).
+
+    Labels in CSR form: example ``i`` has ``yidx[yptr[i]:yptr[i+1]]`` (one label per example
+    for the multiclass losses, the label set for the multilabel ones).
 
     ``troots`` (length n, NaN-initialized, kept by the caller across calls) holds per-example
     starting points for the softmax root finding.  Returns the number of block updates whose
@@ -239,7 +265,8 @@ def sdca_epochs_dense(X, y, sqnorms, A, W, perms, loss, C, gamma, k, troots):
     n_epochs = perms.shape[0]
     d = X.shape[1]
     m = W.shape[1]
-    s, new, work, vals, srt, idx = _scratch(m)
+    scratch = _scratch(m)
+    s, new = scratch[0], scratch[1]
     failures = 0
     for e in range(n_epochs):
         for p in range(perms.shape[1]):
@@ -250,26 +277,7 @@ def sdca_epochs_dense(X, y, sqnorms, A, W, perms, loss, C, gamma, k, troots):
                 xf = X[i, f]
                 for j in range(m):
                     s[j] += xf * W[f, j]
-            if (
-                update_block(
-                    loss,
-                    y[i],
-                    s,
-                    A[i],
-                    sqnorms[i],
-                    C,
-                    gamma,
-                    k,
-                    new,
-                    work,
-                    vals,
-                    srt,
-                    idx,
-                    troots,
-                    i,
-                )
-                != 0
-            ):
+            if _update(loss, yptr, yidx, i, s, A[i], sqnorms[i], C, gamma, k, new, scratch, troots):
                 failures += 1
             if _store_block(A, i, new, s):
                 for f in range(d):
@@ -280,11 +288,14 @@ def sdca_epochs_dense(X, y, sqnorms, A, W, perms, loss, C, gamma, k, troots):
 
 
 @njit(cache=True)
-def sdca_epochs_csr(indptr, indices, data, y, sqnorms, A, W, perms, loss, C, gamma, k, troots):
+def sdca_epochs_csr(
+    indptr, indices, data, yptr, yidx, sqnorms, A, W, perms, loss, C, gamma, k, troots
+):
     """As :func:`sdca_epochs_dense` for CSR features (``indptr``, ``indices``, ``data``)."""
     n_epochs = perms.shape[0]
     m = W.shape[1]
-    s, new, work, vals, srt, idx = _scratch(m)
+    scratch = _scratch(m)
+    s, new = scratch[0], scratch[1]
     failures = 0
     for e in range(n_epochs):
         for p in range(perms.shape[1]):
@@ -296,26 +307,7 @@ def sdca_epochs_csr(indptr, indices, data, y, sqnorms, A, W, perms, loss, C, gam
                 f = indices[q]
                 for j in range(m):
                     s[j] += xf * W[f, j]
-            if (
-                update_block(
-                    loss,
-                    y[i],
-                    s,
-                    A[i],
-                    sqnorms[i],
-                    C,
-                    gamma,
-                    k,
-                    new,
-                    work,
-                    vals,
-                    srt,
-                    idx,
-                    troots,
-                    i,
-                )
-                != 0
-            ):
+            if _update(loss, yptr, yidx, i, s, A[i], sqnorms[i], C, gamma, k, new, scratch, troots):
                 failures += 1
             if _store_block(A, i, new, s):
                 for q in range(indptr[i], indptr[i + 1]):
@@ -327,7 +319,7 @@ def sdca_epochs_csr(indptr, indices, data, y, sqnorms, A, W, perms, loss, C, gam
 
 
 @njit(cache=True)
-def sdca_epochs_gram(K, y, A, perms, loss, C, gamma, k, troots):
+def sdca_epochs_gram(K, yptr, yidx, A, perms, loss, C, gamma, k, troots):
     """As :func:`sdca_epochs_dense` from a Gram matrix ``K`` (n x n): scores ``A^T K_i``.
 
     Kernel SDCA (DESIGN §5; TPAMI Props. 14-15 are stated with ``q = A K_i - K_ii a_i``): there
@@ -336,7 +328,8 @@ def sdca_epochs_gram(K, y, A, perms, loss, C, gamma, k, troots):
     n_epochs = perms.shape[0]
     n = K.shape[0]
     m = A.shape[1]
-    s, new, work, vals, srt, idx = _scratch(m)
+    scratch = _scratch(m)
+    s, new = scratch[0], scratch[1]
     failures = 0
     for e in range(n_epochs):
         for p in range(perms.shape[1]):
@@ -348,12 +341,7 @@ def sdca_epochs_gram(K, y, A, perms, loss, C, gamma, k, troots):
                 if kir != 0.0:
                     for j in range(m):
                         s[j] += kir * A[r, j]
-            if (
-                update_block(
-                    loss, y[i], s, A[i], K[i, i], C, gamma, k, new, work, vals, srt, idx, troots, i
-                )
-                != 0
-            ):
+            if _update(loss, yptr, yidx, i, s, A[i], K[i, i], C, gamma, k, new, scratch, troots):
                 failures += 1
             _store_block(A, i, new, s)
     return failures
@@ -520,15 +508,24 @@ def neg_conjugate_value(loss, y, a, C, gamma, k):
 
 
 @njit(cache=True)
-def objective_terms(S, y, A, loss, C, gamma, k):
-    """Return ``(sum_i L(y_i, S_i), sum_i -L*(y_i, -A_i / C))`` for scores ``S`` (n x m)."""
+def objective_terms(S, yptr, yidx, A, loss, C, gamma, k):
+    """Return ``(sum_i L(Y_i, S_i), sum_i -L*(Y_i, -A_i / C))`` for scores ``S`` (n x m) and
+    labels in CSR form (see :func:`sdca_epochs_dense`)."""
     n, m = S.shape
     work = np.empty(m)
     srt = np.empty(m)
     idx = np.empty(m, dtype=np.int64)
+    mask = np.zeros(m, dtype=np.bool_)
+    ml = is_multilabel(loss)
     lsum = 0.0
     csum = 0.0
     for i in range(n):
-        lsum += loss_value(loss, y[i], S[i], gamma, k, work, srt, idx)
-        csum += neg_conjugate_value(loss, y[i], A[i], C, gamma, k)
+        if ml:
+            labels = yidx[yptr[i] : yptr[i + 1]]
+            lsum += loss_value_ml(loss, labels, S[i], gamma, work, idx, mask)
+            csum += neg_conjugate_value_ml(loss, labels, A[i], C, gamma, mask)
+        else:
+            y = yidx[yptr[i]]
+            lsum += loss_value(loss, y, S[i], gamma, k, work, srt, idx)
+            csum += neg_conjugate_value(loss, y, A[i], C, gamma, k)
     return lsum, csum

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from topkbench.errors import ConfigError
+from topkbench.kernels import multilabel as _ml
 from topkbench.kernels import sdca as _k
 
 
@@ -138,6 +139,31 @@ _TOPK_ENT_TR = MethodSpec(
     smooth_when="almost everywhere (nonconvex; no duality gap)",
 )
 
+_ML_SVM = MethodSpec(
+    name="svm_ml",
+    paper_name="SVM^ML (multilabel SVM); smooth SVM^ML_gamma for gamma > 0",
+    task="multilabel",
+    solver="sdca",
+    loss_id=_ml.LOSS_SVM_ML,
+    params=("gamma",),
+    objective="max{0, 1 + max_{j not in Y} f_j - min_{y in Y} f_y}; smoothed over all m coords",
+    reference="TPAMI 002 §3.3, Props. 5-6, Prop. 18, §5.3 eq. (17) (bipartite simplex)",
+    aliases=("multilabel_svm", "ml_svm"),
+    smooth_when="gamma > 0",
+)
+_ML_LR = MethodSpec(
+    name="lr_ml",
+    paper_name="LR^ML (multilabel cross entropy)",
+    task="multilabel",
+    solver="sdca",
+    loss_id=_ml.LOSS_LR_ML,
+    params=(),
+    objective="log sum_j exp(f_j) - (1/|Y|) sum_{y in Y} f_y",
+    reference="TPAMI 002 §3.3 (LR^ML), Prop. 7, Prop. 20, eq. (19)",
+    aliases=("multilabel_lr", "ml_lr", "ml_softmax"),
+    smooth_when="always",
+)
+
 METHODS: dict[str, MethodSpec] = {
     s.name: s
     for s in (
@@ -150,6 +176,8 @@ METHODS: dict[str, MethodSpec] = {
         _TOPK_BETA,
         _TOPK_ENT,
         _TOPK_ENT_TR,
+        _ML_SVM,
+        _ML_LR,
     )
 }
 _ALIASES: dict[str, str] = {a: s.name for s in METHODS.values() for a in s.aliases}

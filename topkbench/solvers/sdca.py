@@ -66,6 +66,22 @@ def _as_features(X):
     return "dense", np.ascontiguousarray(X, dtype=np.float64)
 
 
+def as_label_csr(y) -> tuple[np.ndarray, np.ndarray]:
+    """Labels as the kernels take them: ``(yptr, yidx)`` with example ``i``'s labels in
+    ``yidx[yptr[i]:yptr[i+1]]``.  ``y`` is a 1-D array of class indices (multiclass) or a
+    sparse 0/1 indicator matrix (multilabel; indices sorted per row); a pair passes through.
+    """
+    if isinstance(y, tuple):
+        return y
+    if sp.issparse(y):
+        Y = sp.csr_matrix(y)
+        Y.sum_duplicates()
+        Y.sort_indices()
+        return Y.indptr.astype(np.int64), Y.indices.astype(np.int64)
+    yidx = np.ascontiguousarray(y, dtype=np.int64)
+    return np.arange(yidx.shape[0] + 1, dtype=np.int64), yidx
+
+
 def row_sqnorms(X) -> np.ndarray:
     if sp.issparse(X):
         return np.asarray(X.multiply(X).sum(axis=1)).ravel().astype(np.float64)
@@ -73,10 +89,11 @@ def row_sqnorms(X) -> np.ndarray:
 
 
 def evaluate_objective(X, y, A, W, loss_id: int, C: float, gamma: float, k: int):
-    """Return (P, D) in the P(W) scale of DESIGN §2 for dual ``A`` and primal ``W``."""
+    """Return (P, D) in the P(W) scale of DESIGN §2 for dual ``A`` and primal ``W``;
+    ``y`` as accepted by :func:`as_label_csr`."""
     n = A.shape[0]
     S = np.ascontiguousarray(X @ W, dtype=np.float64)
-    lsum, csum = _k.objective_terms(S, y, A, loss_id, C, gamma, k)
+    lsum, csum = _k.objective_terms(S, *as_label_csr(y), A, loss_id, C, gamma, k)
     half_sq = 0.5 * float(np.vdot(W, W))
     lam = 1.0 / (C * n)
     primal = lam * (half_sq + C * lsum)
@@ -88,7 +105,7 @@ def evaluate_objective_gram(K, y, A, loss_id: int, C: float, gamma: float, k: in
     """(P, D) in the P(W) scale from a Gram matrix: scores ``K A``, ``||W||^2 = <A, K A>``."""
     n = A.shape[0]
     S = np.ascontiguousarray(K @ A, dtype=np.float64)
-    lsum, csum = _k.objective_terms(S, y, A, loss_id, C, gamma, k)
+    lsum, csum = _k.objective_terms(S, *as_label_csr(y), A, loss_id, C, gamma, k)
     half_sq = 0.5 * float(np.vdot(A, S))
     lam = 1.0 / (C * n)
     return lam * (half_sq + C * lsum), lam * (C * csum - half_sq)
@@ -125,7 +142,8 @@ def solve_sdca(
         kind, Xk = _as_features(X)
     n = Xk.shape[0]
     m = int(n_classes)
-    y = np.ascontiguousarray(y, dtype=np.int64)
+    y = as_label_csr(y)
+    yptr, yidx = y
     if A0 is None:
         A = np.zeros((n, m), dtype=np.float64)
     else:
@@ -169,15 +187,16 @@ def solve_sdca(
         batch = min(eval_every, max_epochs - epochs)
         perms = np.stack([rng.permutation(n) for _ in range(batch)]).astype(np.int64)
         if kind == "gram":
-            failures += _k.sdca_epochs_gram(Xk, y, A, perms, loss_id, C, gamma, k, troots)
+            failures += _k.sdca_epochs_gram(Xk, yptr, yidx, A, perms, loss_id, C, gamma, k, troots)
         elif kind == "dense":
             failures += _k.sdca_epochs_dense(
-                Xk, y, sqnorms, A, W, perms, loss_id, C, gamma, k, troots
+                Xk, yptr, yidx, sqnorms, A, W, perms, loss_id, C, gamma, k, troots
             )
         else:
             failures += _k.sdca_epochs_csr(
-                indptr, indices, data, y, sqnorms, A, W, perms, loss_id, C, gamma, k, troots
-            )
+                indptr, indices, data, yptr, yidx, sqnorms, A, W, perms, loss_id, C, gamma, k,
+                troots,
+            )  # fmt: skip
         epochs += batch
         # resynchronize W = X^T A: D(A) is a certified lower bound only for the W that A
         # defines, and rank-1 updates accumulate rounding (A ~ C while W may be O(1))

@@ -1,0 +1,278 @@
+"""Multilabel losses: SVM^ML_gamma and LR^ML (TPAMI, 002 §3.3, Props. 5-7, 18-20).
+
+Conventions as in :mod:`topkbench.kernels.sdca` (scale ``P / lambda``, ``C = 1/(lambda n)``,
+dual blocks ``a_i`` in the paper's scale, ``v = -a_i / C`` the conjugate argument).  An
+example's label set ``Y`` (``k = |Y|``) is a sorted index slice; ``Ybar`` is its complement;
+``mask`` (bool, length m) marks ``Y`` while a block is processed.
+
+**SVM^ML** ``L(u) = max{0, 1 + max_Ybar u_j - min_Y u_y}`` (Prop. 5): the conjugate domain is
+``S_Y = {v_Y <= 0, v_Ybar >= 0, -sum v_Y = sum v_Ybar <= 1}`` with ``L*(v) = -sum_Ybar v_j``.
+Writing ``p = -v_Y`` and ``pbar = v_Ybar``, ``(p, pbar)`` lies in the bipartite simplex B(1).
+Smoothing (Prop. 6) adds ``gamma/2 ||v||^2`` over **all** m coordinates (DESIGN §2), and
+``L*_gamma(v) = 1/2 (sum_Y v_y - sum_Ybar v_j) + gamma/2 ||v||^2`` on ``S_Y``; both forms of the
+linear part agree on ``S_Y``, and the symmetric one is used for the dual value because it
+stays exact when rounding leaves ``sum p`` and ``sum pbar`` a few ulps apart.
+
+*Smooth loss* (Prop. 6): ``L_gamma(u) = (<b,p> - ||p||^2/2 + <bbar,pbar> - ||pbar||^2/2) /
+gamma`` with ``b = 1/2 - u_Y``, ``bbar = 1/2 + u_Ybar`` and ``(p, pbar)`` their projection onto
+``B(gamma)``.  With ``p = (b - t)_+``, ``pbar = (bbar - s)_+`` the bracket equals
+``(t + s) S + (||p||^2 + ||pbar||^2)/2`` (``S`` the common sum, ``= gamma`` whenever
+``t + s > 0``), which keeps full relative accuracy for tiny gamma.  Singleton ``Y`` does *not*
+give smooth SVM^Multi (that one smooths only ``v^{\\y}``; DESIGN §2).
+
+*Update* (Prop. 18, checked by our derivation): maximizing the dual over ``a_i`` with ``q = s -
+K a_i`` (``K = ||x_i||^2``) is ``max <p, 1/2 - q_Y> + <pbar, 1/2 + q_Ybar> - den/2 (||p||^2 +
+||pbar||^2)`` over ``B(C)``, ``den = K + gamma/C``; i.e. ``(p, pbar) = proj_{B(C)}((1/2 - q_Y)/den,
+(1/2 + q_Ybar)/den)``, and ``a_Y = p``, ``a_Ybar = -pbar``.  ``den = 0`` (zero-norm example,
+gamma = 0) leaves a linear objective ``C`` at any point with sum C: the uniform one is taken
+(DESIGN §4.3).
+
+**LR^ML** ``L(u) = log sum_j exp(u_j) - (1/k) sum_Y u_y``.  TPAMI prints the inner sum of
+(LR^ML) over ``j in Y``, which would ignore the negative labels; the cross-entropy it is
+derived from (the display above it) sums over all classes, and Prop. 7's conjugate matches the
+all-class form, which we use.  ``L*(v) = sum_j p_j log p_j`` with ``p = v + 1_Y / k`` in the unit
+simplex (Prop. 7).  *Update* (Prop. 20): ``a = -C (p - 1_Y / k)`` with ``p_j = V(c_j - t)/alpha``,
+``alpha = C K``, ``c_j = q_j + [j in Y] alpha / k`` and ``t`` the root of eq. (19)
+``sum_j V(c_j - t) = alpha``.  Shifting ``t`` by ``c_{y0} - alpha`` (``y0`` the first label)
+turns (19) into eq. (14) of LR^Multi, so the same bracketed Halley solver
+(:func:`topkbench.kernels.roots._entropic_root`) is used.  For ``alpha -> 0`` the update
+tends to ``p = softmax(q)``, used below ``alpha = 1e-16`` (zero-norm examples included).
+
+Examples with ``Y`` empty or complete carry no ranking constraint; the Python layer excludes
+them from training.  The kernels still treat them safely: block 0, loss 0, conjugate 0.
+"""
+
+from __future__ import annotations
+
+import math
+
+from numba import njit
+
+from topkbench.kernels.bipartite import bipartite_thresholds
+from topkbench.kernels.lambertw import lambertw_exp
+from topkbench.kernels.roots import STATUS_OK, _entropic_root
+
+LOSS_SVM_ML = 8
+LOSS_LR_ML = 9
+
+ALPHA_TINY = 1e-16
+
+
+@njit(cache=True)
+def is_multilabel(loss):
+    return loss == LOSS_SVM_ML or loss == LOSS_LR_ML
+
+
+@njit(cache=True)
+def _xlogx(x):
+    return x * math.log(x) if x > 0.0 else 0.0
+
+
+@njit(cache=True)
+def _set_mask(mask, labels, value):
+    for p in range(labels.shape[0]):
+        mask[labels[p]] = value
+
+
+@njit(cache=True)
+def _softmax_into(q, out):
+    """``out = softmax(q)`` (overflow-safe)."""
+    m = q.shape[0]
+    mx = q[0]
+    for j in range(m):
+        if q[j] > mx:
+            mx = q[j]
+    total = 0.0
+    for j in range(m):
+        out[j] = math.exp(q[j] - mx)
+        total += out[j]
+    for j in range(m):
+        out[j] /= total
+
+
+@njit(cache=True)
+def update_block_ml(loss, labels, s, a, kii, C, gamma, out, work, vals, idx, troots, i, mask):
+    """New dual block of one multilabel example into ``out`` (module docstring).
+
+    ``labels`` are the example's sorted label indices; ``work``, ``vals`` (float) and ``idx``
+    (int) are scratch arrays of length m; ``mask`` is an all-False bool array of length m
+    (restored on return).  Returns a status.
+    """
+    m = s.shape[0]
+    k = labels.shape[0]
+    if k == 0 or k == m:
+        for j in range(m):
+            out[j] = 0.0
+        return STATUS_OK
+    status = STATUS_OK
+    _set_mask(mask, labels, True)
+    if loss == LOSS_SVM_ML:
+        den = kii + gamma / C
+        if den == 0.0:
+            for j in range(m):
+                out[j] = C / k if mask[j] else -C / (m - k)
+            _set_mask(mask, labels, False)
+            return status
+        # b = (1/2 - q_Y)/den in work[:k], bbar = (1/2 + q_Ybar)/den in work[k:]
+        py = 0
+        pn = k
+        for j in range(m):
+            qj = s[j] - kii * a[j]
+            if mask[j]:
+                work[py] = (0.5 - qj) / den
+                py += 1
+            else:
+                work[pn] = (0.5 + qj) / den
+                pn += 1
+        t, sb = bipartite_thresholds(work[:k], work[k:], C, idx[:k], idx[k:])
+        sum_p = 0.0
+        sum_pb = 0.0
+        py = 0
+        pn = k
+        for j in range(m):
+            if mask[j]:
+                v = work[py] - t
+                py += 1
+                v = v if v > 0.0 else 0.0
+                out[j] = v
+                sum_p += v
+            else:
+                v = work[pn] - sb
+                pn += 1
+                v = v if v > 0.0 else 0.0
+                out[j] = -v
+                sum_pb += v
+        # rounding can leave the two sums (or their common value vs C) a few ulps apart;
+        # scale onto the domain S_Y so that D(A) stays a certified lower bound
+        target = min(sum_p, sum_pb, C)
+        fy = target / sum_p if sum_p > target else 1.0
+        fn = target / sum_pb if sum_pb > target else 1.0
+        if fy != 1.0 or fn != 1.0:
+            for j in range(m):
+                out[j] *= fy if mask[j] else fn
+    else:  # LOSS_LR_ML
+        alpha = C * kii
+        if alpha < ALPHA_TINY:
+            for j in range(m):
+                work[j] = s[j] - kii * a[j]
+            _softmax_into(work[:m], vals)
+            for j in range(m):
+                out[j] = -C * (vals[j] - (1.0 / k if mask[j] else 0.0))
+            _set_mask(mask, labels, False)
+            return status
+        y0 = labels[0]
+        inv_k = 1.0 / k
+        q0 = s[y0] - kii * a[y0]
+        p = 0
+        for j in range(m):
+            if j != y0:
+                shift = alpha * inv_k if mask[j] else 0.0
+                work[p] = (s[j] - kii * a[j]) - q0 + shift - alpha * inv_k + alpha
+                p += 1
+        t0, status = _entropic_root(work[: m - 1], alpha, vals, troots[i])
+        troots[i] = t0
+        from_root = vals[: m - 1]
+        v0 = lambertw_exp(alpha - t0)
+        total = v0
+        for p in range(m - 1):
+            total += from_root[p]
+        p = 0
+        for j in range(m):
+            if j == y0:
+                pj = v0 / total
+            else:
+                pj = from_root[p] / total
+                p += 1
+            out[j] = -C * (pj - (inv_k if mask[j] else 0.0))
+    _set_mask(mask, labels, False)
+    return status
+
+
+@njit(cache=True)
+def loss_value_ml(loss, labels, s, gamma, work, idx, mask):
+    """Primal loss ``L(Y, s)`` of one example (module docstring); 0 when ``Y`` is empty or
+    complete.  ``work`` (float), ``idx`` (int) are scratch of length m; ``mask`` all-False."""
+    m = s.shape[0]
+    k = labels.shape[0]
+    if k == 0 or k == m:
+        return 0.0
+    _set_mask(mask, labels, True)
+    value = 0.0
+    if loss == LOSS_SVM_ML:
+        if gamma == 0.0:
+            min_pos = math.inf
+            max_neg = -math.inf
+            for j in range(m):
+                if mask[j]:
+                    if s[j] < min_pos:
+                        min_pos = s[j]
+                elif s[j] > max_neg:
+                    max_neg = s[j]
+            value = 1.0 + max_neg - min_pos
+            value = value if value > 0.0 else 0.0
+        else:
+            py = 0
+            pn = k
+            for j in range(m):
+                if mask[j]:
+                    work[py] = 0.5 - s[j]
+                    py += 1
+                else:
+                    work[pn] = 0.5 + s[j]
+                    pn += 1
+            t, sb = bipartite_thresholds(work[:k], work[k:], gamma, idx[:k], idx[k:])
+            sq = 0.0
+            for p in range(k):
+                v = work[p] - t
+                if v > 0.0:
+                    sq += v * v
+            for p in range(k, m):
+                v = work[p] - sb
+                if v > 0.0:
+                    sq += v * v
+            ts = t + sb
+            value = ((ts * gamma if ts > 0.0 else 0.0) + 0.5 * sq) / gamma
+            value = value if value > 0.0 else 0.0
+    else:
+        mx = s[0]
+        for j in range(m):
+            if s[j] > mx:
+                mx = s[j]
+        acc = 0.0
+        pos = 0.0
+        for j in range(m):
+            acc += math.exp(s[j] - mx)
+            if mask[j]:
+                pos += s[j]
+        value = mx + math.log(acc) - pos / k
+    _set_mask(mask, labels, False)
+    return value
+
+
+@njit(cache=True)
+def neg_conjugate_value_ml(loss, labels, a, C, gamma, mask):
+    """``-L*(Y, -a / C)`` for one dual block ``a`` (module docstring); 0 for ``Y`` empty or
+    complete.  ``mask`` is an all-False bool array of length m."""
+    m = a.shape[0]
+    k = labels.shape[0]
+    if k == 0 or k == m:
+        return 0.0
+    _set_mask(mask, labels, True)
+    value = 0.0
+    if loss == LOSS_SVM_ML:
+        lin = 0.0
+        sq = 0.0
+        for j in range(m):
+            v = a[j] / C
+            lin += v if mask[j] else -v
+            sq += v * v
+        value = 0.5 * lin - 0.5 * gamma * sq
+    else:
+        inv_k = 1.0 / k
+        ent = 0.0
+        for j in range(m):
+            pj = -a[j] / C + (inv_k if mask[j] else 0.0)
+            ent += _xlogx(pj)
+        value = -ent
+    _set_mask(mask, labels, False)
+    return value
