@@ -151,12 +151,14 @@ def train(
     from topkbench.config import TrainConfig
     from topkbench.data.dataset import load_dataset
     from topkbench.errors import ConvergenceWarning
+    from topkbench.evaluation import evaluate_multilabel, training_targets
     from topkbench.metrics.topk import topk_accuracy
     from topkbench.model import fit
 
     cfg = TrainConfig.from_dict(compose(overrides))
     ds = load_dataset(cfg.dataset, cfg.seed)
     Xtr, ytr = ds.splits["train"]
+    ytr = training_targets(ds, "train", cfg.method)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ConvergenceWarning)
         model = fit(
@@ -180,8 +182,12 @@ def train(
     ks = [k for k in cfg.topk if k < ds.n_classes] or [1]
     metrics = {}
     for split, (Xs, ys) in ds.splits.items():
-        acc = topk_accuracy(model.decision_function(Xs), ys, ks)
-        metrics[split] = {f"top{k}": v for k, v in acc.items()}
+        scores = model.decision_function(Xs)
+        if ds.multilabel:
+            metrics[split] = evaluate_multilabel(ds, split, scores, delta=cfg.delta)
+        else:
+            acc = topk_accuracy(scores, ys, ks)
+            metrics[split] = {f"top{k}": v for k, v in acc.items()}
     out = {
         "dataset": ds.name,
         "method": model.method,
@@ -224,6 +230,13 @@ def train(
         f"status {model.status} after {model.epochs} epochs, {model.train_seconds:.2f} s: "
         + certificate
     )
+    if ds.multilabel:
+        t = Table("metric", *metrics)
+        for name in next(iter(metrics.values())):
+            t.add_row(name, *[f"{vals[name]:.4g}" for vals in metrics.values()])
+        console.print(t)
+        console.print(f"partition metrics at delta = {cfg.delta:g}")
+        return
     t = Table("split", *[f"top-{k} %" for k in ks])
     for split, vals in metrics.items():
         t.add_row(split, *[f"{100 * vals[f'top{k}']:.2f}" for k in ks])

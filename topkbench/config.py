@@ -12,7 +12,7 @@ import numpy as np
 
 from topkbench.errors import ConfigError
 
-DOC_KEYS = frozenset({"title", "paper", "description"})
+DOC_KEYS = frozenset({"title", "paper", "description", "source", "splits_expected"})
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,7 @@ class TrainConfig:
     topk: tuple[int, ...] = (1, 2, 3, 5, 10)
     kernel: str = "linear"
     theta: float | None = None
+    delta: float = 0.0  # threshold of the multilabel partition metrics
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
@@ -81,6 +82,7 @@ class TrainConfig:
                 topk=tuple(int(v) for v in d.get("topk", (1, 2, 3, 5, 10))),
                 kernel=str(d.get("kernel") or "linear"),
                 theta=d.get("theta"),
+                delta=float(d.get("delta") or 0.0),
             )
         except KeyError as exc:
             raise ConfigError(f"missing config key {exc.args[0]!r}") from None

@@ -7,6 +7,8 @@ Dataset kinds (``kind:`` in ``conf/dataset/*.yaml``, DESIGN §6):
 * ``libsvm``   — LibSVM/SVMlight text files, one per split (``files: {train: ..., test: ...}``).
 * ``mat``      — a MATLAB file with ``<split>_data`` / ``<split>_labels`` (Caltech101 Silhouettes).
 * ``features`` — precomputed features (HDF5, ``.npz``, ``.npy``; layout in ``data.features``).
+* ``mulan``    — multilabel ARFF files, one per split, with the label XML in ``xml:`` (or
+  ``n_labels: N``); labels are an n x m CSR 0/1 indicator (:mod:`topkbench.data.arff`).
 
 Options shared by the file kinds:
 
@@ -26,6 +28,7 @@ without some class that occurs in another split.
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,10 +40,16 @@ import scipy.sparse as sp
 from topkbench.config import DatasetConfig
 from topkbench.errors import ConfigError, DataFormatError, DatasetNotFoundError
 
+logger = logging.getLogger(__name__)
+
 
 @dataclass
 class Dataset:
-    """Features (dense or CSR) and 0-based labels per split, plus provenance."""
+    """Features (dense or CSR) and targets per split, plus provenance.
+
+    Targets are 0-based class indices (multiclass) or an n x m CSR 0/1 indicator (multilabel,
+    :attr:`multilabel`).
+    """
 
     name: str
     splits: dict[str, tuple[Any, np.ndarray]]
@@ -48,13 +57,19 @@ class Dataset:
     label_names: list[str]
     provenance: dict[str, Any] = field(default_factory=dict)
     image_ids: dict[str, np.ndarray] = field(default_factory=dict)
+    # multilabel data: one class per example for multiclass training (TPAMI §6.3, Tables 10-12)
+    primary: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def n_features(self) -> int:
         return next(iter(self.splits.values()))[0].shape[1]
 
+    @property
+    def multilabel(self) -> bool:
+        return sp.issparse(next(iter(self.splits.values()))[1])
 
-DATASET_KINDS = ("circle", "gaussian", "libsvm", "mat", "features")
+
+DATASET_KINDS = ("circle", "gaussian", "libsvm", "mat", "features", "mulan")
 SPLIT_ORDER = ("train", "val", "test")
 
 
@@ -92,10 +107,18 @@ def resolve_path(cfg: DatasetConfig, name: str) -> Path:
     return data_dir() / cfg.name / name
 
 
+def extra_file_entries(cfg: DatasetConfig) -> list[dict[str, Any]]:
+    """Files besides the splits' (the Mulan label XML, ``xml:``), as ``{file, url, sha256}``."""
+    xml = cfg.get("xml")
+    if not xml:
+        return []
+    return [{"file": xml} if isinstance(xml, str) else dict(xml)]
+
+
 def unique_files(cfg: DatasetConfig) -> list[dict[str, Any]]:
     """File entries of ``cfg`` with duplicates (several splits in one file) merged."""
     seen: dict[str, dict[str, Any]] = {}
-    for entry in file_entries(cfg).values():
+    for entry in [*file_entries(cfg).values(), *extra_file_entries(cfg)]:
         for key in ("file", "labels"):
             name = entry.get(key)
             if not name:
@@ -306,6 +329,106 @@ def _load_features(cfg: DatasetConfig) -> Dataset:
     return assemble(cfg, raw, names, provenance={"files": prov}, image_ids=ids)
 
 
+def _load_mulan(cfg: DatasetConfig) -> Dataset:
+    from topkbench.data.arff import read_label_xml, read_mulan
+
+    extra = extra_file_entries(cfg)
+    xml_path = resolve_path(cfg, extra[0]["file"]) if extra else None
+    names = read_label_xml(xml_path) if xml_path is not None else None
+    n_labels = cfg.get("n_labels")
+    raw: dict[str, tuple[Any, Any, str]] = {}
+    label_names = None
+    for split, entry in file_entries(cfg).items():
+        path = resolve_path(cfg, entry["file"])
+        data = read_mulan(path, names, None if n_labels is None else int(n_labels))
+        if label_names is None:
+            label_names = data.label_names
+        elif data.label_names != label_names:
+            raise DataFormatError(
+                str(path),
+                f"label attributes differ from the other split's ({len(data.label_names)} vs "
+                f"{len(label_names)}; first: {data.label_names[:3]} vs {label_names[:3]})",
+            )
+        raw[split] = (data.X, data.Y, str(path))
+    prov = {"files": {s: r[2] for s, r in raw.items()}}
+    if xml_path is not None:
+        prov["xml"] = str(xml_path)
+    return assemble_multilabel(cfg, raw, label_names or [], prov)
+
+
+def assemble_multilabel(
+    cfg: DatasetConfig,
+    raw: dict[str, tuple[Any, Any, str]],
+    label_names: list[str],
+    provenance: dict[str, Any],
+    image_ids: dict[str, np.ndarray] | None = None,
+    primary: dict[str, np.ndarray] | None = None,
+) -> Dataset:
+    """Checks and preprocessing of multilabel splits ``split -> (X, CSR indicator, file)``:
+    non-empty, finite, equal widths (sparse splits widened), same label count; an optional
+    seeded random holdout (``holdout: {source, test_count | test_fraction, seed}``, e.g.
+    bookmarks); a logged warning when split sizes differ from ``splits_expected``; bias."""
+    image_ids = dict(image_ids or {})
+    primary = dict(primary or {})
+    holdout = cfg.get("holdout")
+    if holdout:
+        source = str(holdout.get("source", "all"))
+        if source not in raw:
+            raise ConfigError(
+                f"dataset {cfg.name}: holdout source split {source!r} is not in files"
+            )
+        X, Y, src = raw.pop(source)
+        n = X.shape[0]
+        if holdout.get("test_count") is not None:
+            n_out = int(holdout["test_count"])
+        else:
+            n_out = int(round(float(holdout.get("test_fraction", 0.5)) * n))
+        if not 0 < n_out < n:
+            raise DataFormatError(src, f"holdout of {n_out} test examples from {n} is impossible")
+        hseed = int(holdout.get("seed", 0))
+        perm = np.random.default_rng(hseed).permutation(n)
+        out, keep = np.sort(perm[:n_out]), np.sort(perm[n_out:])
+        raw["train"] = (X[keep], Y[keep], src)
+        raw["test"] = (X[out], Y[out], src)
+        for extra in (image_ids, primary):
+            if source in extra:
+                v = extra.pop(source)
+                extra["train"], extra["test"] = v[keep], v[out]
+        provenance = {**provenance, "holdout": f"random {n_out} of {source} to test, seed {hseed}"}
+    expected = cfg.get("splits_expected") or {}
+    for split, count in expected.items():
+        if split in raw and raw[split][0].shape[0] != int(count):
+            logger.warning(
+                "%s: split %r has %d examples; the paper's protocol uses %d (%s)",
+                cfg.name, split, raw[split][0].shape[0], int(count), raw[split][2],
+            )  # fmt: skip
+    if "train" not in raw:
+        raise ConfigError(f"dataset {cfg.name}: no 'train' split (have {', '.join(raw)})")
+    m = len(label_names)
+    for split, (X, Y, src) in raw.items():
+        if X.shape[0] == 0:
+            raise DataFormatError(src, f"split {split!r} has no examples")
+        if Y.shape != (X.shape[0], m):
+            raise DataFormatError(
+                src, f"label indicator has shape {Y.shape}; expected ({X.shape[0]}, {m})"
+            )
+        _check_finite(X, src)
+    d = max(X.shape[1] for X, _, _ in raw.values())
+    for s, (X, Y, src) in list(raw.items()):
+        if X.shape[1] != d:
+            if not sp.issparse(X):
+                raise DataFormatError(
+                    src, f"split {s!r} has {X.shape[1]} features but other splits have {d}"
+                )
+            raw[s] = (sp.csr_matrix((X.data, X.indices, X.indptr), shape=(X.shape[0], d)), Y, src)
+    bias = float(cfg.get("bias", 0.0))
+    order = [s for s in SPLIT_ORDER if s in raw] + [s for s in raw if s not in SPLIT_ORDER]
+    splits = {s: (append_bias(raw[s][0], bias), sp.csr_matrix(raw[s][1])) for s in order}
+    return Dataset(
+        cfg.name, splits, m, list(label_names), dict(provenance), image_ids, primary
+    )  # fmt: skip
+
+
 def load_dataset(cfg: DatasetConfig, seed: int) -> Dataset:
     """Build or load the dataset described by ``cfg``; ``seed`` drives any random choice."""
     if cfg.kind == "circle":
@@ -346,7 +469,12 @@ def load_dataset(cfg: DatasetConfig, seed: int) -> Dataset:
             label_names=[f"class {j + 1}" for j in range(m)],
             provenance={"generator": "gaussian classes (data.synthetic)", "seed": seed},
         )
-    loaders = {"libsvm": _load_libsvm, "mat": _load_mat, "features": _load_features}
+    loaders = {
+        "libsvm": _load_libsvm,
+        "mat": _load_mat,
+        "features": _load_features,
+        "mulan": _load_mulan,
+    }
     if cfg.kind in loaders:
         missing = missing_files(cfg)
         if missing:
@@ -389,7 +517,7 @@ def load_dataset_cached(cfg: DatasetConfig, seed: int) -> Dataset:
     import pickle
     import tempfile
 
-    if cfg.kind not in ("libsvm", "mat") or missing_files(cfg):
+    if cfg.kind not in ("libsvm", "mat", "mulan") or missing_files(cfg):
         return load_dataset(cfg, seed)
     path = _cache_path(cfg)
     if path.exists():

@@ -136,7 +136,7 @@ def ranking_metrics(
     r_at: tuple[int, ...] = (1, 3, 5, 10),
     ap: str = "step",
 ) -> dict[str, float]:
-    """Rank loss, P@k, R@k and mAP (module docstring); k larger than m is clipped to m."""
+    """Rank loss, P@k, R@k and mAP (module docstring); values of k above m are skipped."""
     S = _scores(S)
     n, m = S.shape
     T = _dense_truth(Y, S.shape)
@@ -150,12 +150,10 @@ def ranking_metrics(
     np.divide(reversed_pairs, pairs, out=rloss, where=pairs > 0)
     out = {"rloss": float(np.mean(rloss))}
     hits = np.cumsum(R, axis=1)
-    for k in p_at:
-        kk = min(int(k), m)
-        out[f"p@{k}"] = float(np.mean(hits[:, kk - 1] / kk))
-    for k in r_at:
-        kk = min(int(k), m)
-        out[f"r@{k}"] = float(np.mean(_ratio(hits[:, kk - 1], n_rel)))
+    for k in (int(k) for k in p_at if int(k) <= m):
+        out[f"p@{k}"] = float(np.mean(hits[:, k - 1] / k))
+    for k in (int(k) for k in r_at if int(k) <= m):
+        out[f"r@{k}"] = float(np.mean(_ratio(hits[:, k - 1], n_rel)))
     aps = [average_precision(S[:, j], T[:, j], ap) for j in range(m)]
     out["map"] = float(np.nanmean(aps)) if np.any(np.isfinite(aps)) else float("nan")
     return out

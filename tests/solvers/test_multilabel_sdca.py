@@ -1,0 +1,390 @@
+"""SDCA for the multilabel losses SVM^ML, SVM^ML_gamma and LR^ML (TPAMI, 002 §3.3 Props. 5-7;
+§5.3 Props. 18-20, eq. (17)), trained through :func:`topkbench.fit`.
+
+Scale: with ``n'`` the number of examples whose label set is neither empty nor complete (the
+others carry no ranking constraint and are left out),
+
+    P(W) = lambda/2 ||W||^2 + 1/n' sum_i L(Y_i, W^T x_i),       C = 1/(lambda n'),
+    D(A) = lambda (C sum_i -L*(Y_i, -a_i/C) - 1/2 ||X^T A||^2),  W = X^T A,
+
+and cvxpy minimizes ``1/2 ||W||^2 + C sum_i L = P / lambda``.  cvxpy formulations:
+
+* SVM^ML: ``pos(1 + max_Ybar s_j - min_Y s_y)``;
+* SVM^ML_gamma: ``L*_gamma = L* + gamma/2 ||.||^2`` (Prop. 6; see
+  tests/losses/test_multilabel_losses.py), so ``L_gamma`` is the Moreau envelope
+  ``min_w L(w) + ||s - w||^2 / (2 gamma)``: one extra variable per example, minimized jointly
+  with W;
+* LR^ML: ``log_sum_exp(s) - mean_Y s``.
+
+The dual is recomputed in numpy from A after checking that every block is in the conjugate
+domain (S_Y for the SVMs: ``a_Y >= 0``, ``a_Ybar <= 0``, ``sum a_Y = -sum a_Ybar <= C``; for
+LR^ML ``q = -a/C + 1_Y/k`` in the simplex), so the certificate does not rely on the kernels.
+
+Also tested: dense/CSR features and labels, Gram mode, singleton label sets against the
+multiclass methods (SVM^ML = SVM^Multi, LR^ML = LR^Multi, but smooth SVM^ML_gamma differs from
+SVM^Multi_gamma), excluded examples, zero-norm rows, warm starts and input validation.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import cvxpy as cp
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import scipy.special as sps
+
+import topkbench
+from topkbench.errors import ConfigError, ConvergenceWarning, InputError
+from topkbench.kernels.multilabel import LOSS_SVM_ML, loss_value_ml
+
+# --- problems and objective values -----------------------------------------------------------
+
+
+def make_ml_problem(n=16, d=3, m=4, seed=0, *, n_empty=1, n_full=1, zero_rows=(), sparse=False):
+    """Gaussian features (some exact zeros) and a 0/1 indicator: rows ``0..n_empty-1`` empty,
+    the next ``n_full`` complete, the others random with 0 < |Y| < m; rows in ``zero_rows`` of
+    X are 0."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    X[rng.random(size=(n, d)) < 0.2] = 0.0
+    for i in zero_rows:
+        X[i] = 0.0
+    Y = np.zeros((n, m), dtype=np.int64)
+    for i in range(n):
+        if i < n_empty:
+            continue
+        if i < n_empty + n_full:
+            Y[i] = 1
+            continue
+        k = int(rng.integers(1, m))
+        Y[i, rng.choice(m, size=k, replace=False)] = 1
+    if sparse:
+        X = sp.csr_matrix(X)
+    return X, Y
+
+
+def dense(X):
+    return X.toarray() if sp.issparse(X) else np.asarray(X)
+
+
+def kept_rows(Y):
+    sizes = Y.sum(axis=1)
+    return np.flatnonzero((sizes > 0) & (sizes < Y.shape[1]))
+
+
+def fit_certified(X, Y, method, **kw):
+    """fit with ConvergenceWarning as an error (no silent budget stops)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        return topkbench.fit(X, Y, method, **kw)
+
+
+def example_loss(method, y_row, s, gamma):
+    """One example's loss: numpy closed forms, the kernel only for the smooth SVM (checked
+    against cvxpy in tests/losses/test_multilabel_losses.py)."""
+    mask = y_row.astype(bool)
+    if method == "lr_ml":
+        return float(sps.logsumexp(s) - s[mask].mean())
+    if gamma == 0.0:
+        return max(0.0, 1.0 + float(s[~mask].max()) - float(s[mask].min()))
+    m = s.size
+    labels = np.flatnonzero(mask).astype(np.int64)
+    work, idx, msk = np.empty(m), np.empty(m, np.int64), np.zeros(m, np.bool_)
+    return loss_value_ml(LOSS_SVM_ML, labels, np.ascontiguousarray(s), gamma, work, idx, msk)
+
+
+def primal_value(X, Y, W, method, gamma, C):
+    """P(W) over the kept examples."""
+    rows = kept_rows(Y)
+    lam = 1.0 / (C * rows.size)
+    S = dense(X) @ W
+    losses = [example_loss(method, Y[i], S[i], gamma) for i in rows]
+    return lam / 2 * float(np.sum(W * W)) + float(np.mean(losses))
+
+
+def dual_value(X, Y, A, method, gamma, C, tol=1e-12):
+    """D(A) in numpy after checking every block's domain; excluded rows must be 0."""
+    rows = kept_rows(Y)
+    excluded = np.setdiff1d(np.arange(Y.shape[0]), rows)
+    assert not A[excluded].any()
+    lam = 1.0 / (C * rows.size)
+    W = dense(X).T @ A
+    total = 0.0
+    for i in rows:
+        mask = Y[i].astype(bool)
+        v = -A[i] / C
+        if method == "svm_ml":
+            assert np.all(v[mask] <= tol) and np.all(v[~mask] >= -tol), (i, v)
+            assert -v[mask].sum() == pytest.approx(v[~mask].sum(), rel=1e-12, abs=tol)
+            assert v[~mask].sum() <= 1.0 + tol
+            total += float(v[~mask].sum()) - gamma / 2 * float(v @ v)
+        else:
+            q = v + mask / mask.sum()
+            assert np.all(q >= -tol) and q.sum() == pytest.approx(1.0, abs=tol), (i, q)
+            total += float(sps.entr(np.maximum(q, 0.0)).sum())
+    return lam * (C * total - 0.5 * float(np.sum(W * W)))
+
+
+def cvxpy_primal(X, Y, method, gamma, C):
+    """min 1/2 ||W||^2 + C sum_i L over the kept examples (module docstring); returns
+    (P(W*) in the P scale, W*)."""
+    X = dense(X)
+    rows = kept_rows(Y)
+    d, m = X.shape[1], Y.shape[1]
+    W = cp.Variable((d, m))
+    S = X @ W
+    terms = []
+    for i in rows:
+        pos = np.flatnonzero(Y[i])
+        neg = np.flatnonzero(Y[i] == 0)
+        if method == "lr_ml":
+            terms.append(cp.log_sum_exp(S[i]) - cp.sum(S[i, pos]) / pos.size)
+            continue
+        w = cp.Variable(m) if gamma > 0 else S[i]
+        loss = cp.pos(1 + cp.max(w[neg]) - cp.min(w[pos]))
+        if gamma > 0:
+            loss = loss + cp.sum_squares(S[i] - w) / (2 * gamma)
+        terms.append(loss)
+    problem = cp.Problem(cp.Minimize(0.5 * cp.sum_squares(W) + C * cp.sum(cp.hstack(terms))))
+    problem.solve(
+        solver=cp.CLARABEL, tol_gap_abs=1e-11, tol_gap_rel=1e-11, tol_feas=1e-11, max_iter=500
+    )
+    assert problem.status == cp.OPTIMAL, problem.status
+    return problem.value / (C * rows.size), W.value
+
+
+# --- cvxpy --------------------------------------------------------------------------------------
+
+CVXPY_CASES = [
+    # method, gamma, C, n, m, seed, sparse
+    ("svm_ml", 0.0, 1.0, 16, 4, 1, False),
+    ("svm_ml", 0.0, 10.0, 20, 4, 2, True),
+    ("svm_ml", 0.5, 1.0, 16, 4, 3, False),
+    ("svm_ml", 1.0, 10.0, 12, 4, 4, True),
+    ("svm_ml", 1.0, 0.3, 20, 5, 5, False),
+    ("lr_ml", 0.0, 1.0, 16, 4, 6, False),
+    ("lr_ml", 0.0, 10.0, 12, 4, 7, True),
+]
+
+
+@pytest.mark.parametrize("method,gamma,C,n,m,seed,sparse", CVXPY_CASES)
+def test_primal_matches_cvxpy(method, gamma, C, n, m, seed, sparse):
+    """Same optimum as cvxpy (1e-6 relative), P >= D with a gap <= eps, and both values
+    recomputed outside the solver (P from closed forms at W, D from a domain-checked A)."""
+    X, Y = make_ml_problem(n=n, m=m, seed=seed, n_empty=1, n_full=1, zero_rows=(2,), sparse=sparse)
+    model = fit_certified(X, Y, method, C=C, gamma=gamma, eps=1e-9, max_epochs=20_000)
+    assert model.status == "converged"
+    assert model.info["excluded_examples"] == 2
+    assert model.primal >= model.dual
+    assert 0.0 <= model.relative_gap <= 1e-9
+    p_ref, W_ref = cvxpy_primal(X, Y, method, gamma, C)
+    assert model.primal == pytest.approx(p_ref, rel=1e-6)
+    np.testing.assert_allclose(model.W, dense(X).T @ model.A, rtol=0, atol=1e-12)
+    P = primal_value(X, Y, model.W, method, gamma, C)
+    D = dual_value(X, Y, model.A, method, gamma, C)
+    assert P == pytest.approx(model.primal, rel=1e-12)
+    assert D == pytest.approx(model.dual, rel=1e-12)
+    assert 0.0 <= (P - D) / P <= 1e-8
+    # weak duality against cvxpy's (independent) primal point
+    assert D <= primal_value(X, Y, W_ref, method, gamma, C) * (1 + 1e-12)
+
+
+def test_tiny_gamma_gap_is_not_negative():
+    """D <= P at every iterate (the gap is the certificate), even where the update divides by
+    the tiny K + gamma/C (large features, tiny C and gamma)."""
+    X, Y = make_ml_problem(n=20, m=4, seed=8, zero_rows=(3,))
+    model = topkbench.fit(
+        1000.0 * X, Y, "svm_ml", C=1e-4, gamma=1e-8, eps=1e-10, max_epochs=3000, warn=False
+    )
+    assert min(p.relative_gap for p in model.trace) >= -1e-14
+
+
+# --- input forms and kernel mode ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method,gamma", [("svm_ml", 0.0), ("svm_ml", 0.5), ("lr_ml", 0.0)])
+def test_dense_csr_and_label_forms_agree(method, gamma):
+    """Dense or CSR features, dense int / bool / CSR indicators: the same run (same
+    permutations) and so the same A up to rounding."""
+    X, Y = make_ml_problem(n=16, m=4, seed=11, zero_rows=(5,))
+    kw = dict(C=1.0, gamma=gamma, eps=1e-10, max_epochs=20_000)
+    ref = fit_certified(X, Y, method, **kw)
+    variants = [
+        (sp.csr_matrix(X), Y),
+        (X, Y.astype(bool)),
+        (X, sp.csr_matrix(Y)),
+        (sp.csr_matrix(X), sp.csr_matrix(Y.astype(np.float64))),
+    ]
+    for Xv, Yv in variants:
+        model = fit_certified(Xv, Yv, method, **kw)
+        np.testing.assert_allclose(model.A, ref.A, rtol=0, atol=1e-12)
+        assert model.primal == pytest.approx(ref.primal, rel=1e-12)
+        assert model.info == ref.info
+
+
+@pytest.mark.parametrize("method,gamma", [("svm_ml", 0.0), ("svm_ml", 1.0), ("lr_ml", 0.0)])
+def test_gram_mode_matches_linear_mode(method, gamma):
+    """fit(None, Y, K=X X^T) reaches the linear-mode optimum (to the sum of the two gaps), with
+    excluded examples sliced out of K, and K A = X W on the training set."""
+    X, Y = make_ml_problem(n=16, m=4, seed=12, n_empty=2, n_full=1, zero_rows=(4,))
+    kw = dict(C=2.0, gamma=gamma, eps=1e-11, max_epochs=20_000)
+    lin = fit_certified(X, Y, method, **kw)
+    ker = fit_certified(None, Y, method, K=X @ X.T, **kw)
+    assert ker.W is None and ker.info["excluded_examples"] == 3
+    gaps = (lin.primal - lin.dual) + (ker.primal - ker.dual)
+    assert abs(lin.primal - ker.primal) <= gaps + 1e-14 * lin.primal
+    assert lin.primal == pytest.approx(ker.primal, rel=1e-9)
+    D = dual_value(X, Y, ker.A, method, gamma, 2.0)
+    assert D == pytest.approx(ker.dual, rel=1e-12)
+    np.testing.assert_allclose(ker.decision_function(K=X @ X.T), X @ (X.T @ ker.A), atol=1e-12)
+
+
+# --- singleton label sets -----------------------------------------------------------------------
+
+
+def singleton_problem(seed=21, n=18, m=4):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 3))
+    y = np.concatenate([np.arange(m), rng.integers(0, m, size=n - m)])
+    rng.shuffle(y)
+    return X, y
+
+
+@pytest.mark.parametrize("ml,multi", [("svm_ml", "svm_multi"), ("lr_ml", "lr_multi")])
+def test_singletons_reduce_to_multiclass(ml, multi):
+    """|Y_i| = 1: SVM^ML is SVM^Multi and LR^ML is LR^Multi (Prop. 5, Prop. 7), so the optima
+    coincide; 1-D labels and the equivalent one-hot indicator give the same multilabel run."""
+    X, y = singleton_problem()
+    kw = dict(C=2.0, eps=1e-10, max_epochs=20_000)
+    ref = fit_certified(X, y, multi, **kw)
+    model = fit_certified(X, y, ml, **kw)
+    assert model.primal == pytest.approx(ref.primal, rel=1e-8)
+    assert "excluded_examples" not in model.info
+    onehot = np.eye(4, dtype=np.int64)[y]
+    same = fit_certified(X, onehot, ml, **kw)
+    np.testing.assert_array_equal(same.A, model.A)
+
+
+def test_singleton_smooth_svm_ml_differs_from_smooth_svm_multi():
+    """gamma = 1: SVM^ML_gamma smooths v_y too (tests/losses/test_multilabel_losses.py), so its
+    loss is pointwise <= SVM^Multi_gamma's and the optima separate, certified by the gaps:
+    P*_ML <= P_ML < D_Multi <= P*_Multi."""
+    X, y = singleton_problem()
+    kw = dict(C=2.0, gamma=1.0, eps=1e-10, max_epochs=20_000)
+    multi = fit_certified(X, y, "svm_multi", **kw)
+    ml = fit_certified(X, y, "svm_ml", **kw)
+    assert ml.primal < multi.dual
+    assert (multi.dual - ml.primal) / multi.primal > 1e-3
+
+
+# --- excluded examples, zero-norm rows, warm start -----------------------------------------------
+
+
+@pytest.mark.parametrize("method,gamma", [("svm_ml", 0.0), ("svm_ml", 0.5), ("lr_ml", 0.0)])
+def test_excluded_examples(method, gamma):
+    """Empty and complete label sets are counted, keep dual rows 0, and the model is the one
+    trained on the other rows (same n', hence same C scale, same permutations)."""
+    X, Y = make_ml_problem(n=18, m=4, seed=13, n_empty=2, n_full=2)
+    perm = np.random.default_rng(0).permutation(18)  # spread the excluded rows around
+    X, Y = X[perm], Y[perm]
+    kw = dict(C=1.0, gamma=gamma, eps=1e-10, max_epochs=20_000)
+    model = fit_certified(X, Y, method, **kw)
+    rows = kept_rows(Y)
+    excluded = np.setdiff1d(np.arange(18), rows)
+    assert model.info["excluded_examples"] == excluded.size == 4
+    assert not model.A[excluded].any()
+    sub = fit_certified(X[rows], Y[rows], method, **kw)
+    assert "excluded_examples" not in sub.info
+    np.testing.assert_allclose(model.A[rows], sub.A, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(model.W, sub.W, rtol=0, atol=1e-13)
+    assert model.primal == pytest.approx(sub.primal, rel=1e-13)
+    assert model.dual == pytest.approx(sub.dual, rel=1e-13)
+
+
+@pytest.mark.parametrize("method", ["svm_ml", "lr_ml"])
+def test_zero_norm_rows_do_not_block_convergence(method):
+    """x_i = 0 with gamma = 0: the update has den = 0 (SVM^ML) or alpha = 0 (LR^ML); the block
+    must maximize -L* alone so that the gap closes (TPAMI's Prop. 18 divides by |x_i|^2)."""
+    X, Y = make_ml_problem(n=16, m=4, seed=14, n_empty=0, n_full=0, zero_rows=(0, 3, 7))
+    model = fit_certified(X, Y, method, C=1.0, eps=1e-9, max_epochs=20_000)
+    assert model.converged and model.relative_gap <= 1e-9
+    D = dual_value(X, Y, model.A, method, 0.0, 1.0)
+    assert D == pytest.approx(model.dual, rel=1e-12)
+    for i in (0, 3, 7):
+        mask = Y[i].astype(bool)
+        a = model.A[i]
+        if method == "svm_ml":  # -L* = sum a_Y / C is maximal (= 1) on the radius
+            assert a[mask].sum() == pytest.approx(1.0, rel=1e-12)
+        else:  # v = grad L(0) = 1/m - 1_Y/k
+            np.testing.assert_allclose(-a, 1.0 / 4 - mask / mask.sum(), atol=1e-12)
+
+
+@pytest.mark.parametrize("method,gamma", [("svm_ml", 0.0), ("svm_ml", 0.5), ("lr_ml", 0.0)])
+def test_warm_start_reaches_the_cold_optimum(method, gamma):
+    """fit(C=2, warm_start=model at C=1) converges to the cold C=2 optimum (excluded rows in the
+    data: the warm-start A has all n rows); a (C_old, A_old) pair works the same."""
+    X, Y = make_ml_problem(n=16, m=4, seed=15, zero_rows=(6,))
+    kw = dict(gamma=gamma, eps=1e-10, max_epochs=20_000)
+    first = fit_certified(X, Y, method, C=1.0, **kw)
+    cold = fit_certified(X, Y, method, C=2.0, **kw)
+    warm = fit_certified(X, Y, method, C=2.0, warm_start=first, **kw)
+    pair = fit_certified(X, Y, method, C=2.0, warm_start=(1.0, first.A), **kw)
+    for model in (warm, pair):
+        assert model.primal == pytest.approx(cold.primal, rel=1e-8)
+        assert model.info["excluded_examples"] == 2
+    np.testing.assert_array_equal(warm.A, pair.A)
+    assert warm.epochs <= cold.epochs
+
+
+# --- input validation ---------------------------------------------------------------------------
+
+
+def test_non_binary_indicator_names_row_and_column():
+    X, Y = make_ml_problem(n=8, m=4, seed=16)
+    Y = Y.astype(np.float64)
+    Y[5, 2] = 2.0
+    with pytest.raises(InputError, match=r"0/1.*row 5, column 2"):
+        topkbench.fit(X, Y, "svm_ml")
+    Y[5, 2] = 0.5
+    with pytest.raises(InputError, match=r"row 5, column 2"):
+        topkbench.fit(X, sp.csr_matrix(Y), "lr_ml")
+
+
+@pytest.mark.parametrize("which", ["empty", "complete", "mixed"])
+def test_no_usable_example_is_an_input_error(which):
+    X, _ = make_ml_problem(n=6, m=3, seed=17)
+    Y = np.zeros((6, 3), dtype=np.int64)
+    if which == "complete":
+        Y[:] = 1
+    elif which == "mixed":
+        Y[::2] = 1
+    with pytest.raises(InputError, match="empty or complete"):
+        topkbench.fit(X, Y, "svm_ml")
+
+
+def test_indicator_passed_to_multiclass_method():
+    X, Y = make_ml_problem(n=8, m=4, seed=18)
+    for Yv in (Y, sp.csr_matrix(Y)):
+        with pytest.raises(InputError, match="1-D"):
+            topkbench.fit(X, Yv, "svm_multi")
+
+
+def test_multilabel_methods_take_no_k():
+    X, Y = make_ml_problem(n=8, m=4, seed=19)
+    for method in ("svm_ml", "lr_ml"):
+        with pytest.raises(ConfigError, match="k=1"):
+            topkbench.fit(X, Y, method, k=2)
+    with pytest.raises(ConfigError, match="gamma"):
+        topkbench.fit(X, Y, "lr_ml", gamma=0.5)
+
+
+def test_indicator_shape_is_checked():
+    X, Y = make_ml_problem(n=8, m=4, seed=20)
+    with pytest.raises(InputError, match="label rows"):
+        topkbench.fit(X, Y[:7], "svm_ml")
+    with pytest.raises(InputError, match="n_classes"):
+        topkbench.fit(X, Y, "svm_ml", n_classes=5)
+    with pytest.raises(InputError, match="at least 2 classes"):
+        topkbench.fit(X, Y[:, :1], "svm_ml")
