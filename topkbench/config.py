@@ -221,5 +221,7 @@ def dataset_has_val(cfg: DatasetConfig) -> bool:
         return int(cfg.get("n_val", 200)) > 0
     if cfg.kind == "gaussian":
         return int(cfg.get("n_val", 4_500)) > 0
+    if cfg.kind == "multilabel_synth":
+        return int(cfg.get("n_val", 0)) > 0
     files = cfg.get("files") or {"val": cfg.get("val")}
     return isinstance(files, dict) and files.get("val") is not None

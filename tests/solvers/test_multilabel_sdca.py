@@ -34,10 +34,12 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import scipy.special as sps
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import topkbench
 from topkbench.errors import ConfigError, ConvergenceWarning, InputError
-from topkbench.kernels.multilabel import LOSS_SVM_ML, loss_value_ml
+from topkbench.kernels.multilabel import LOSS_SVM_ML, loss_value_ml, update_block_ml
 
 # --- problems and objective values -----------------------------------------------------------
 
@@ -191,6 +193,37 @@ def test_primal_matches_cvxpy(method, gamma, C, n, m, seed, sparse):
     assert D <= primal_value(X, Y, W_ref, method, gamma, C) * (1 + 1e-12)
 
 
+@settings(max_examples=20)
+@given(
+    method=st.sampled_from(["svm_ml", "lr_ml"]),
+    smooth=st.booleans(),
+    gamma=st.sampled_from([0.05, 0.5, 2.0]),
+    log_C=st.floats(-1.0, 1.0),
+    n=st.integers(5, 14),
+    d=st.integers(1, 3),
+    m=st.integers(2, 5),
+    seed=st.integers(0, 2**16),
+    n_trivial=st.integers(0, 2),
+    n_zero=st.integers(0, 2),
+)
+def test_random_tiny_problems_match_cvxpy(
+    method, smooth, gamma, log_C, n, d, m, seed, n_trivial, n_zero
+):
+    """As above on random shapes (m = 2 included), C, gamma, trivial label sets and zero rows."""
+    gamma = gamma if smooth and method == "svm_ml" else 0.0
+    C = 10.0**log_C
+    X, Y = make_ml_problem(
+        n=n, d=d, m=m, seed=seed, n_empty=n_trivial, n_full=n_trivial // 2,
+        zero_rows=tuple(range(n - n_zero, n)),
+    )  # fmt: skip
+    model = fit_certified(X, Y, method, C=C, gamma=gamma, eps=1e-9, max_epochs=50_000)
+    assert model.info.get("excluded_examples", 0) == n_trivial + n_trivial // 2
+    p_ref, _ = cvxpy_primal(X, Y, method, gamma, C)
+    assert model.primal == pytest.approx(p_ref, rel=1e-6)
+    D = dual_value(X, Y, model.A, method, gamma, C)
+    assert D == pytest.approx(model.dual, rel=1e-12)
+
+
 def test_tiny_gamma_gap_is_not_negative():
     """D <= P at every iterate (the gap is the certificate), even where the update divides by
     the tiny K + gamma/C (large features, tiny C and gamma)."""
@@ -335,7 +368,55 @@ def test_warm_start_reaches_the_cold_optimum(method, gamma):
         assert model.primal == pytest.approx(cold.primal, rel=1e-8)
         assert model.info["excluded_examples"] == 2
     np.testing.assert_array_equal(warm.A, pair.A)
-    assert warm.epochs <= cold.epochs
+    # the rescaled dual C_new/C_old * A_old is feasible and starts closer than A = 0
+    assert warm.trace[0].relative_gap < cold.trace[0].relative_gap
+
+
+# --- tiny C |x_i|^2 (known defect) ----------------------------------------------------------------
+
+TINY_NORM_REASON = (
+    "BUG: the SVM^ML update computes (p, pbar) = proj_B(C)(b, bbar) with b = (1/2 - q_Y)/K, "
+    "bbar = (1/2 + q_Ybar)/K (gamma = 0) as (b - t)_+; when C K is below ~1e-14 the entries "
+    "~1/K swamp the solution ~C and b - t rounds to 0 (or to a few ulps), so the block stays "
+    "at 0 / far from the radius although its optimum is on it. E.g. K = 1e-16, C = 1e-4, "
+    "q = 0, Y = {0, 2} of m = 4: expected a = C/2 (1, -1, 1, -1), got a = 0. Only den == 0 "
+    "is special-cased. svm_multi has the same defect (its b = (1 + q_j - q_y)/K)."
+)
+
+
+@pytest.mark.xfail(strict=True, reason=TINY_NORM_REASON)
+def test_svm_ml_update_with_tiny_norm_reaches_the_radius():
+    """One block update from a = 0, W = 0: maximizing sum_Y a_y - K/2 ||a||^2 over S_Y(C)
+    (scale P/lambda) puts the block on the radius (value ~C versus 0 at a = 0), by symmetry
+    at a_Y = C/k, a_Ybar = -C/(m-k)."""
+    m, C, K = 4, 1e-4, 1e-16
+    labels = np.array([0, 2], dtype=np.int64)
+    out = np.empty(m)
+    update_block_ml(
+        LOSS_SVM_ML, labels, np.zeros(m), np.zeros(m), K, C, 0.0, out, np.empty(m),
+        np.empty(m), np.empty(m, np.int64), np.full(1, np.nan), 0, np.zeros(m, np.bool_),
+    )  # fmt: skip
+    np.testing.assert_allclose(out, C / 2 * np.array([1.0, -1.0, 1.0, -1.0]), rtol=1e-9)
+
+
+@pytest.mark.xfail(strict=True, reason=TINY_NORM_REASON)
+def test_svm_ml_converges_for_tiny_feature_norms():
+    """X scaled by 1e-6 (C |x_i|^2 ~ 3e-16), C = 1e-4: the optimum is W ~ 0 with P ~ 1 and a
+    dual on the radius, reached in one exact SDCA epoch; the solver instead stalls at a
+    relative gap ~6e-2 after 200 epochs (~1e-3 for X scaled by 1e-5).  Smooth SVM^ML
+    (gamma = 1e-3) and LR^ML converge in one epoch on the same data (next test)."""
+    X, Y = make_ml_problem(n=12, m=4, seed=22, n_empty=0, n_full=0)
+    model = topkbench.fit(1e-6 * X, Y, "svm_ml", C=1e-4, eps=1e-6, max_epochs=200, warn=False)
+    assert model.converged
+
+
+def test_smooth_and_lr_ml_converge_for_tiny_feature_norms():
+    """Control for the two xfails above: with gamma > 0 (den >= gamma/C) or LR^ML (softmax
+    limit below alpha = 1e-16) the same data converge at once."""
+    X, Y = make_ml_problem(n=12, m=4, seed=22, n_empty=0, n_full=0)
+    for method, gamma in (("svm_ml", 1e-3), ("lr_ml", 0.0)):
+        model = fit_certified(1e-6 * X, Y, method, C=1e-4, gamma=gamma, eps=1e-9, max_epochs=200)
+        assert model.converged and model.epochs <= 2
 
 
 # --- input validation ---------------------------------------------------------------------------

@@ -4,6 +4,8 @@ Dataset kinds (``kind:`` in ``conf/dataset/*.yaml``, DESIGN §6):
 
 * ``circle``   — the synthetic circle of TPAMI §6.1 (Table 3).
 * ``gaussian`` — Gaussian classes (a Letter-shaped stand-in for benchmarks and smoke tests).
+* ``multilabel_synth`` — linear-threshold multilabel data (smoke runs of Tables 7/9 and 10-12;
+  with ``regions: R`` every example becomes an image of R region rows sharing its labels).
 * ``libsvm``   — LibSVM/SVMlight text files, one per split (``files: {train: ..., test: ...}``).
 * ``mat``      — a MATLAB file with ``<split>_data`` / ``<split>_labels`` (Caltech101 Silhouettes).
 * ``features`` — precomputed features (HDF5, ``.npz``, ``.npy``; layout in ``data.features``).
@@ -69,7 +71,7 @@ class Dataset:
         return sp.issparse(next(iter(self.splits.values()))[1])
 
 
-DATASET_KINDS = ("circle", "gaussian", "libsvm", "mat", "features", "mulan")
+DATASET_KINDS = ("circle", "gaussian", "multilabel_synth", "libsvm", "mat", "features", "mulan")
 SPLIT_ORDER = ("train", "val", "test")
 
 
@@ -329,6 +331,40 @@ def _load_features(cfg: DatasetConfig) -> Dataset:
     return assemble(cfg, raw, names, provenance={"files": prov}, image_ids=ids)
 
 
+def _make_multilabel_synth(cfg: DatasetConfig, seed: int) -> Dataset:
+    from topkbench.data.synthetic import make_multilabel
+
+    m = int(cfg.get("n_labels", 10))
+    parts = make_multilabel(
+        seed,
+        n_train=int(cfg.get("n_train", 300)),
+        n_val=int(cfg.get("n_val", 0)),
+        n_test=int(cfg.get("n_test", 300)),
+        n_features=int(cfg.get("n_features", 10)),
+        n_labels=m,
+        cardinality=float(cfg.get("cardinality", 2.0)),
+        noise=float(cfg.get("noise", 1.0)),
+        nonlinear=bool(cfg.get("nonlinear", False)),
+    )
+    regions = int(cfg.get("regions", 1))
+    raw, ids, primary = {}, {}, {}
+    rng = np.random.default_rng(seed + 1)
+    for split, part in parts.items():
+        if part.X.shape[0] == 0:
+            continue
+        X, Y, prim = part.X, part.Y, part.primary
+        if regions > 1:  # R noisy region features per image, labels replicated (TPAMI §6.3)
+            rep = np.repeat(np.arange(X.shape[0]), regions)
+            X = X[rep] + 0.5 * rng.standard_normal((rep.size, X.shape[1]))
+            Y, prim = Y[rep], prim[rep]
+            ids[split] = np.array([f"{split}{i}" for i in rep])
+        raw[split] = (X, Y, f"{cfg.name}:{split}")
+        primary[split] = prim
+    prov = {"generator": "multilabel_synth (data.synthetic.make_multilabel)", "seed": seed}
+    names = [f"label {j + 1}" for j in range(m)]
+    return assemble_multilabel(cfg, raw, names, prov, ids, primary)
+
+
 def _load_mulan(cfg: DatasetConfig) -> Dataset:
     from topkbench.data.arff import read_label_xml, read_mulan
 
@@ -469,6 +505,8 @@ def load_dataset(cfg: DatasetConfig, seed: int) -> Dataset:
             label_names=[f"class {j + 1}" for j in range(m)],
             provenance={"generator": "gaussian classes (data.synthetic)", "seed": seed},
         )
+    if cfg.kind == "multilabel_synth":
+        return _make_multilabel_synth(cfg, seed)
     loaders = {
         "libsvm": _load_libsvm,
         "mat": _load_mat,

@@ -85,3 +85,53 @@ def make_gaussian(
         return Split(X, y.astype(np.int64))
 
     return {"train": draw(n_train), "val": draw(n_val), "test": draw(n_test)}
+
+
+@dataclass(frozen=True)
+class MultilabelSplit:
+    X: np.ndarray
+    Y: object  # scipy.sparse.csr_matrix, n x m 0/1
+    primary: np.ndarray  # one label per example: the highest-scoring relevant class
+
+
+def make_multilabel(
+    seed: int,
+    n_train: int,
+    n_val: int,
+    n_test: int,
+    n_features: int,
+    n_labels: int,
+    cardinality: float = 2.0,
+    noise: float = 1.0,
+    nonlinear: bool = False,
+) -> dict[str, MultilabelSplit]:
+    """Multilabel data of a given shape, for smoke runs and benchmarks of the multilabel
+    protocol (no paper numbers exist for it).
+
+    ``x ~ N(0, I_d)``; label scores ``u = V^T phi(x) + noise * N(0, I_m)`` with ``V ~ N(0, I)``
+    drawn once, ``phi(x) = x`` (or ``phi(x) = x^2 - 1`` elementwise with ``nonlinear``, which
+    only an RBF model can fit); label j is relevant iff ``u_j >= tau`` with ``tau`` the
+    quantile that gives ``cardinality`` labels per example on average, so some examples have an
+    empty label set (as in Mulan's delicious).  ``primary`` is the relevant label of largest
+    score (or the largest score overall for an empty set): the single label a multiclass method
+    trains on.  ``seed`` alone fixes all splits.
+    """
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(seed)
+    V = rng.standard_normal((n_features, n_labels))
+    tau = None
+
+    def draw(n: int) -> MultilabelSplit:
+        nonlocal tau
+        X = rng.standard_normal((n, n_features))
+        phi = X * X - 1.0 if nonlinear else X
+        U = phi @ V / np.sqrt(n_features) + noise * rng.standard_normal((n, n_labels))
+        if tau is None:  # fixed by the first (training) draw
+            q = 1.0 - min(max(cardinality / n_labels, 0.0), 1.0)
+            tau = float(np.quantile(U, q))
+        T = U >= tau
+        primary = np.where(T.any(axis=1), np.argmax(np.where(T, U, -np.inf), axis=1), U.argmax(1))
+        return MultilabelSplit(X, sp.csr_matrix(T.astype(np.int8)), primary.astype(np.int64))
+
+    return {"train": draw(n_train), "val": draw(n_val), "test": draw(n_test)}
