@@ -98,6 +98,7 @@ class SweepRow:
     k: int = 1
     block: str = ""  # "" = the paper's table; other names are extra report blocks
     paper_row: str = ""  # published row to print beside this one (default: ``row``)
+    kernel: str = "linear"  # "rbf": one C path per theta of the experiment's theta grid
 
 
 @dataclass(frozen=True)
@@ -129,6 +130,16 @@ class ExperimentConfig:
     warm_start: bool = True  # warm-start along each C path (False: every fit from zero)
     ent_tr_init: str = "same_C"  # topk_ent_tr start: LR^Multi at the same C | "selected"
     blocks: tuple[tuple[str, str], ...] = ()  # extra report blocks: (name, title)
+    # multilabel protocol (Tables 7/9, 10-12): the metrics that each select their own
+    # hyper-parameters (C, theta and, for partition metrics, the threshold delta)
+    metrics: tuple[str, ...] = ()
+    delta_grid: str = "mulan"  # threshold grid: mulan (71 points) | voc (100 points in [0.1, 10])
+    theta_values: tuple[float, ...] = ()  # RBF theta = 1/(2 sigma^2) grid for kernel: rbf rows
+    max_gram_gb: float = 8.0  # refuse RBF fits whose n x n Gram matrix would exceed this
+
+    @property
+    def multilabel(self) -> bool:
+        return bool(self.metrics)
 
     @property
     def dataset(self) -> DatasetConfig:
@@ -145,16 +156,23 @@ class ExperimentConfig:
         exp = root.get("experiment")
         if not exp:
             raise ConfigError("no experiment selected", hint="topkbench sweep experiment=table3")
-        grid = exp["C_grid"]
-        base, step = float(grid["base"]), float(grid.get("step", 1.0))
-        lo, hi = float(grid["min_exp"]), float(grid["max_exp"])
-        if not (base > 1.0 and step > 0.0 and hi >= lo):
-            raise ConfigError(
-                f"experiment {exp['name']}: C_grid needs base > 1, step > 0, max_exp >= min_exp"
-            )
-        exps = lo + step * np.arange(int(round((hi - lo) / step)) + 1)
-        C_values = tuple(float(base**e) for e in exps)
+        C_values, base, step = _log_grid(exp, "C_grid")
+        theta_values = _log_grid(exp, "theta_grid")[0] if exp.get("theta_grid") else ()
         rows = tuple(SweepRow(**r) for r in exp["rows"])
+        for r in rows:
+            if r.kernel not in ("linear", "rbf"):
+                raise ConfigError(f"row {r.row!r}: kernel must be linear or rbf; got {r.kernel!r}")
+            if r.kernel == "rbf" and not theta_values:
+                raise ConfigError(f"row {r.row!r} uses the RBF kernel: give a theta_grid")
+        from topkbench.metrics.multilabel import PARTITION_METRICS, is_metric
+
+        metrics = tuple(str(x) for x in exp.get("metrics") or ())
+        for name in metrics:
+            if not is_metric(name):
+                raise ConfigError(
+                    f"unknown metric {name!r}; use rloss, map, p@K, r@K or one of "
+                    f"{', '.join(PARTITION_METRICS)}"
+                )
         if len({r.row for r in rows}) != len(rows):
             raise ConfigError(f"experiment {exp['name']}: duplicate row labels")
         blocks = tuple((str(k), str(v)) for k, v in (exp.get("blocks") or {}).items())
@@ -174,8 +192,8 @@ class ExperimentConfig:
         if len({d.name for d in datasets}) != len(datasets):
             raise ConfigError(f"experiment {exp['name']}: duplicate dataset names")
         selection = str(exp.get("selection", "val"))
-        if selection not in ("val", "cv", "auto"):
-            raise ConfigError(f"selection must be val, cv or auto, got {selection!r}")
+        if selection not in ("val", "cv", "auto", "half"):
+            raise ConfigError(f"selection must be val, cv, auto or half, got {selection!r}")
         folds = int(exp.get("folds", 5))
         if folds < 2:
             raise ConfigError(f"folds must be >= 2, got {folds}")
@@ -185,7 +203,7 @@ class ExperimentConfig:
             datasets=datasets,
             rows=rows,
             C_values=C_values,
-            ks=tuple(int(k) for k in exp["ks"]),
+            ks=tuple(int(k) for k in exp.get("ks") or ()),
             draws=int(exp.get("draws", 1)),
             seed=int(root.get("seed", 0)),
             eps=float(exp.get("eps", root.get("eps", 1e-3))),
@@ -205,7 +223,25 @@ class ExperimentConfig:
             warm_start=bool(exp.get("warm_start", True)),
             ent_tr_init=_choice(exp, "ent_tr_init", "same_C", ("same_C", "selected")),
             blocks=blocks,
+            metrics=metrics,
+            delta_grid=_choice(exp, "delta_grid", "mulan", ("mulan", "voc")),
+            theta_values=theta_values,
+            max_gram_gb=float(exp.get("max_gram_gb", 8.0)),
         )
+
+
+def _log_grid(exp: dict[str, Any], key: str) -> tuple[tuple[float, ...], float, float]:
+    """``base ** e`` for ``e = min_exp, min_exp + step, ..., max_exp``; returns (values, base,
+    step)."""
+    grid = exp[key]
+    base, step = float(grid["base"]), float(grid.get("step", 1.0))
+    lo, hi = float(grid["min_exp"]), float(grid["max_exp"])
+    if not (base > 1.0 and step > 0.0 and hi >= lo):
+        raise ConfigError(
+            f"experiment {exp['name']}: {key} needs base > 1, step > 0, max_exp >= min_exp"
+        )
+    exps = lo + step * np.arange(int(round((hi - lo) / step)) + 1)
+    return tuple(float(base**e) for e in exps), base, step
 
 
 def _choice(d: dict[str, Any], key: str, default: str, allowed: tuple[str, ...]) -> str:

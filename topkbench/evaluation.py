@@ -47,27 +47,39 @@ def max_pool(scores: np.ndarray, image_ids: np.ndarray) -> tuple[np.ndarray, np.
 
 
 def image_level(ds, split: str, scores: np.ndarray):
-    """Scores and targets of ``split`` at the evaluation unit: images if the split has image
-    ids (max-pooled scores, each image's label set checked to be the same on all its rows),
-    else rows."""
+    """Scores and targets of ``split`` at the evaluation unit (see :func:`pool_images`)."""
     _, Y = ds.splits[split]
-    ids = ds.image_ids.get(split)
+    source = ds.provenance.get("files", {}).get(split, ds.name)
+    return pool_images(scores, Y, ds.image_ids.get(split), source)
+
+
+def pool_images(scores: np.ndarray, Y, ids: np.ndarray | None, source: str = ""):
+    """Images as the evaluation unit: max-pooled scores and each image's label set (checked
+    to be the same on all its rows); rows themselves when there are no image ids."""
     if ids is None:
         return scores, Y
     first, pooled = max_pool(scores, ids)
-    Yi = Y[first]
     if sp.issparse(Y):
         # the labels are replicated from the image to its regions: verify, do not assume
-        _, inverse = np.unique(ids, return_inverse=True)
-        _, first_sorted = np.unique(ids, return_index=True)
+        _, first_sorted, inverse = np.unique(ids, return_index=True, return_inverse=True)
         diff = Y - Y[first_sorted[inverse.ravel()]]
         if diff.count_nonzero():
             row = int(np.flatnonzero(np.diff(diff.tocsr().indptr))[0])
             raise DataFormatError(
-                ds.provenance.get("files", {}).get(split, ds.name),
-                f"rows of image {ids[row]!r} carry different label sets (row {row})",
+                str(source), f"rows of image {ids[row]!r} carry different label sets (row {row})"
             )
-    return pooled, Yi
+    return pooled, Y[first]
+
+
+def multilabel_record(prefix: str, scores: np.ndarray, Y, deltas) -> dict:
+    """Record columns of one evaluated split: ranking metrics as ``<prefix>_<metric>`` and the
+    partition metrics on the threshold grid as lists ``<prefix>_<metric>_grid``."""
+    from topkbench.metrics.multilabel import partition_metrics_grid, ranking_metrics
+
+    out = {f"{prefix}_{k}": v for k, v in ranking_metrics(scores, Y).items()}
+    for k, v in partition_metrics_grid(scores, Y, deltas).items():
+        out[f"{prefix}_{k}_grid"] = [float(x) for x in v]
+    return out
 
 
 def evaluate_multilabel(ds, split: str, scores: np.ndarray, *, delta=0.0) -> dict[str, float]:

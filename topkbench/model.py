@@ -186,7 +186,8 @@ def fit(
                 "set; a multilabel ranking loss needs at least one with 0 < |Y| < m"
             )
         if excluded:
-            logger.info(
+            logger.log(
+                logging.INFO if warn else logging.DEBUG,
                 "%s: %d of %d training examples have an empty or complete label set and are "
                 "left out of training (no ranking constraint)",
                 spec.name, excluded, n_rows,

@@ -140,8 +140,12 @@ def build_report(exp: ExperimentConfig) -> TableReport:
             f"no records for experiment {exp.name!r} under {store.records}",
             hint=f"topkbench sweep experiment={exp.name}",
         )
-    selected = select_per_k(records, exp)
     published = load_published(exp.published) if exp.published else pd.DataFrame()
+    if exp.layout == "multilabel":
+        from topkbench.report_multilabel import build_multilabel_report
+
+        return build_multilabel_report(exp, records, published)
+    selected = select_per_k(records, exp)
     if exp.layout == "datasets":
         return _build_datasets_report(exp, records, selected, published)
     row_specs = {r.row: r for r in exp.rows}

@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 REFIT = "refit"
 VAL = "val"
+HALF = "half"  # train on one random half of train, validate on the other (Tables 10-12)
 
 
 def cv_fold_name(i: int, n_folds: int) -> str:
@@ -55,6 +56,7 @@ class PathJob:
     fold: str
     C_values: tuple[float, ...]
     init_C: float | None = None  # topk_ent_tr: start from LR^Multi trained at this C
+    theta: float | None = None  # RBF rows: the kernel width of this path
 
 
 @dataclass
@@ -80,6 +82,7 @@ def record_spec(
     fold: str,
     C: float | None,
     init_C: float | None = None,
+    theta: float | None = None,
 ) -> dict[str, Any]:
     """The canonical spec of one record (its hash is the record key)."""
     import topkbench
@@ -102,6 +105,9 @@ def record_spec(
     }
     if init_C is not None:
         spec["init_C"] = float(init_C)
+    if theta is not None:
+        spec["kernel"] = "rbf"
+        spec["theta"] = float(theta)
     return spec
 
 
@@ -120,27 +126,50 @@ def cached_dataset(ds: DatasetConfig, seed: int):
     return _DATA_CACHE[key]
 
 
-def _path_data(dataset, fold: str, n_folds: int, seed: int):
-    """(X_train, y_train, {split: (X, y)} to evaluate) for a fold name."""
-    Xtr, ytr = dataset.splits["train"]
-    if fold.startswith("cv"):
-        from topkbench.data.dataset import stratified_folds
+def _path_data(dataset, fold: str, n_folds: int, seed: int, method: str):
+    """(X_train, targets_train, {split: (X, targets, image ids)} to evaluate) for a fold name.
 
-        i = int(fold[2:].split("of")[0])
-        folds = stratified_folds(ytr, n_folds, seed)
+    Multilabel data: ``targets`` are what ``method`` trains on (label sets, or the primary
+    label for a multiclass method, :func:`topkbench.evaluation.training_targets`), while the
+    evaluated splits always carry the label sets.  Folds of multilabel data are seeded random
+    partitions, grouped by image id when the data has several regions per image.
+    """
+    from topkbench.evaluation import training_targets
+
+    Xtr, ytr = dataset.splits["train"]
+    ttr = training_targets(dataset, "train", method)
+    ids = dataset.image_ids.get("train")
+    if fold.startswith("cv") or fold == HALF:
+        if fold == HALF:
+            i, n_folds = 1, 2
+        else:
+            i = int(fold[2:].split("of")[0])
+        if dataset.multilabel:
+            from topkbench.multilabel_selection import group_folds
+
+            folds = group_folds(Xtr.shape[0], n_folds, seed, ids)
+        else:
+            from topkbench.data.dataset import stratified_folds
+
+            folds = stratified_folds(ytr, n_folds, seed)
         tr, te = np.flatnonzero(folds != i), np.flatnonzero(folds == i)
-        return Xtr[tr], ytr[tr], {"val": (Xtr[te], ytr[te])}
-    evals = {s: v for s, v in dataset.splits.items() if s != "train"}
+        return Xtr[tr], ttr[tr], {"val": (Xtr[te], ytr[te], None if ids is None else ids[te])}
+    evals = {
+        s: (X, Y, dataset.image_ids.get(s)) for s, (X, Y) in dataset.splits.items() if s != "train"
+    }
     if fold == REFIT:
         evals = {"test": evals["test"]} if "test" in evals else evals
-    return Xtr, ytr, evals
+    return Xtr, ttr, evals
 
 
 def run_path(exp: ExperimentConfig, job: PathJob) -> PathSummary:
     """Run (or resume) one path; returns counts."""
+    from topkbench.evaluation import multilabel_record, pool_images
+    from topkbench.metrics.multilabel import delta_grid
     from topkbench.metrics.topk import topk_accuracy
     from topkbench.model import fit
 
+    deltas = delta_grid(exp.delta_grid)
     start = time.perf_counter()
     ds = exp.datasets[job.dataset]
     row, draw, fold = job.row, job.draw, job.fold
@@ -148,14 +177,16 @@ def run_path(exp: ExperimentConfig, job: PathJob) -> PathSummary:
     summary = PathSummary(row=row.row, draw=draw, dataset=ds.name, fold=fold)
     data_seed = exp.seed + draw
     init_C = job.init_C
-    path_key = spec_key(record_spec(exp, ds, row, draw, fold, None, init_C))
+    theta = job.theta
+    path_key = spec_key(record_spec(exp, ds, row, draw, fold, None, init_C, theta))
     data = None
     init_model = None
     ck: tuple[float, np.ndarray] | None = None
     prev_model = None
     errors: list[str] = []
     for C in sorted(job.C_values):
-        key = spec_key(record_spec(exp, ds, row, draw, fold, C, init_C))
+        spec = record_spec(exp, ds, row, draw, fold, C, init_C, theta)
+        key = spec_key(spec)
         if store.has(key):
             summary.cached += 1
             prev_model = None
@@ -172,7 +203,18 @@ def run_path(exp: ExperimentConfig, job: PathJob) -> PathSummary:
                     dataset.n_classes,
                 )
                 break
-            data = _path_data(dataset, fold, exp.folds, data_seed)
+            data = _path_data(dataset, fold, exp.folds, data_seed, row.method)
+            if theta is not None:
+                gb = 8.0 * data[0].shape[0] ** 2 / 2**30
+                if gb > exp.max_gram_gb:
+                    summary.failed = len(job.C_values) - summary.cached
+                    msg = (
+                        f"RBF Gram matrix of {data[0].shape[0]} examples needs {gb:.1f} GB > "
+                        f"max_gram_gb = {exp.max_gram_gb:g} (experiment option)"
+                    )
+                    errors.append(msg)
+                    log.error("%s %s %s: %s", ds.name, row.row, fold, msg)
+                    break
             # the path's checkpoint (its largest finished C), read once per job
             ck = store.load_warm(path_key) if exp.warm_start and init_C is None else None
             if init_C is not None:  # TPAMI §6.2: Ent_tr starts from the selected LR^Multi
@@ -203,6 +245,8 @@ def run_path(exp: ExperimentConfig, job: PathJob) -> PathSummary:
                     warm_start=warm,
                     init=init_model,
                     warn=False,
+                    kernel="rbf" if theta is not None else None,
+                    theta=theta,
                 )
         except TopkbenchError as exc:
             summary.failed += 1
@@ -210,13 +254,8 @@ def run_path(exp: ExperimentConfig, job: PathJob) -> PathSummary:
             log.error("%s %s draw %d %s C=%g failed: %s", ds.name, row.row, draw, fold, C, exc)
             prev_model = None
             continue
-        ks = [k for k in range(1, dataset.n_classes) if k <= max(exp.ks)]
         record: dict[str, Any] = {
-            **{
-                k: v
-                for k, v in record_spec(exp, ds, row, draw, fold, C, init_C).items()
-                if k != "dataset"
-            },
+            **{k: v for k, v in spec.items() if k != "dataset"},
             "dataset": ds.name,
             "row": row.row,
             "status": model.status,
@@ -230,10 +269,15 @@ def run_path(exp: ExperimentConfig, job: PathJob) -> PathSummary:
             "n_features": int(Xtr.shape[1]),
             "n_classes": dataset.n_classes,
         }
-        for split, (Xs, ys) in evals.items():
-            acc = topk_accuracy(model.decision_function(Xs), ys, ks)
-            for k, v in acc.items():
-                record[f"{split}_top{k}"] = v
+        for split, (Xs, ys, ids) in evals.items():
+            scores = model.decision_function(Xs)
+            if dataset.multilabel:
+                S, Y = pool_images(scores, ys, ids, ds.name)
+                record.update(multilabel_record(split, S, Y, deltas))
+            else:
+                ks = [k for k in range(1, dataset.n_classes) if k <= max(exp.ks)]
+                for k, v in topk_accuracy(scores, ys, ks).items():
+                    record[f"{split}_top{k}"] = v
         if exp.warm_start and init_C is None and (ck is None or C > ck[0]):
             store.save_warm(path_key, C, model.A)
             ck = (C, model.A)
@@ -258,7 +302,7 @@ def _init_model(exp: ExperimentConfig, data, C: float, seed: int, m: int):
                    n_classes=m, warn=False)  # fmt: skip
 
 
-def _warm_up(methods: set[str]) -> None:
+def _warm_up(methods: set[str], rbf_methods: set[str] = frozenset()) -> None:
     """Compile the kernels once in the parent so that workers load them from the cache."""
     from topkbench.model import fit
 
@@ -269,6 +313,8 @@ def _warm_up(methods: set[str]) -> None:
         warnings.simplefilter("ignore")
         for method in methods:
             fit(X, y, method, C=1.0, max_epochs=2, warn=False)
+            if method in rbf_methods:
+                fit(X, y, method, C=1.0, max_epochs=2, warn=False, kernel="rbf", theta=1.0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -277,8 +323,11 @@ def _warm_up(methods: set[str]) -> None:
 
 def selection_folds(exp: ExperimentConfig, ds_index: int) -> tuple[str, ...]:
     """The folds whose held-out accuracy selects C for a dataset (val split or K CV folds)."""
-    if exp.selection_for(ds_index) == "cv":
+    mode = exp.selection_for(ds_index)
+    if mode == "cv":
         return tuple(cv_fold_name(i, exp.folds) for i in range(exp.folds))
+    if mode == HALF:
+        return (HALF,)
     return (VAL,)
 
 
@@ -331,7 +380,7 @@ def _extension_jobs(
     each round looks only at the base grid plus those points, so a re-run replays exactly the
     decisions of the first run (and revisits their cached records).
     """
-    if exp.extend <= 0 or records.empty:
+    if exp.extend <= 0 or records.empty or exp.multilabel:
         return []
     step = _grid_step(exp)
     base = np.array(exp.C_values)
@@ -373,7 +422,7 @@ def _refit_jobs(
 ) -> list[PathJob]:
     jobs = []
     for di, ds in enumerate(exp.datasets):
-        if exp.selection_for(di) != "cv":
+        if exp.selection_for(di) not in ("cv", HALF):
             continue
         folds = selection_folds(exp, di)
         recs_ds = records[records["dataset"] == ds.name] if not records.empty else records
@@ -382,6 +431,14 @@ def _refit_jobs(
                 if recs_ds.empty:
                     continue
                 recs = recs_ds[(recs_ds["draw"] == draw) & (recs_ds["row"] == row.row)]
+                if exp.multilabel:
+                    from topkbench.metrics.multilabel import delta_grid
+                    from topkbench.multilabel_selection import refit_points
+
+                    points = refit_points(recs, folds, exp.metrics, delta_grid(exp.delta_grid))
+                    for theta, Cs in sorted(points.items(), key=lambda t: t[0] or 0.0):
+                        jobs.append(PathJob(di, draw, row, REFIT, tuple(sorted(Cs)), None, theta))
+                    continue
                 curve = mean_validation(recs, folds, exp.ks)
                 Cs = {best_C(curve, k) for k in exp.ks} - {None}
                 if Cs:
@@ -397,10 +454,11 @@ def base_jobs(
 ) -> list[PathJob]:
     init = init or {}
     return [
-        PathJob(di, draw, row, fold, exp.C_values, init.get((di, draw, row.row)))
+        PathJob(di, draw, row, fold, exp.C_values, init.get((di, draw, row.row)), theta)
         for di in range(len(exp.datasets))
         for draw in range(exp.draws)
         for row in (exp.rows if rows is None else rows)
+        for theta in (exp.theta_values if row.kernel == "rbf" else (None,))
         for fold in selection_folds(exp, di)
     ]
 
@@ -481,11 +539,11 @@ def run_sweep(
     ``on_stage(name, n_fits)`` announces each stage with the number of fits it holds (for
     progress bars); ``on_path_done`` receives each finished path's counts.
     """
-    _warm_up({row.method for row in exp.rows})
+    _warm_up({r.method for r in exp.rows}, {r.method for r in exp.rows if r.kernel == "rbf"})
     from topkbench.data.dataset import load_dataset_cached
 
     for ds in exp.datasets:  # fail early on bad data, and fill the disk cache once
-        if ds.kind in ("libsvm", "mat"):
+        if ds.kind in ("libsvm", "mat", "mulan"):
             load_dataset_cached(ds, exp.seed)
     store = RecordStore(exp.results_dir, exp.name)
     lr = init_row(exp)

@@ -48,6 +48,14 @@ PARTITION_METRICS = ("hloss", "acc", "sacc", "f1_micro", "f1_macro", "f1_inst")
 LOWER_IS_BETTER = frozenset({"rloss", "hloss"})
 
 
+def is_metric(name: str) -> bool:
+    """Whether ``name`` is a metric this module computes (``p@K`` / ``r@K`` for any K >= 1)."""
+    if name in RANKING_METRICS or name in PARTITION_METRICS:
+        return True
+    head, _, k = name.partition("@")
+    return head in ("p", "r") and k.isdigit() and int(k) >= 1
+
+
 def delta_grid(kind: str = "mulan") -> NDArray[np.float64]:
     """Threshold grids of DESIGN §7, ascending.
 

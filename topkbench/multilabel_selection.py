@@ -1,0 +1,111 @@
+"""Selection in the multilabel protocol (TPAMI §6.3, DESIGN §7), shared by the sweep and the report.
+
+Every metric selects its own hyper-parameters: ``C`` (and ``theta`` for RBF rows) for the
+ranking metrics, ``(C, theta, delta)`` for the partition metrics, where the threshold ``delta``
+is chosen on a fixed grid from the validation scores stored with each fit (no retraining).
+A hyper-parameter point counts only when every selection fold has a record for it; the value is
+the mean over folds (summed in fold order).  Ties within ``TIE_TOL`` go to the smallest C, then
+the smallest theta, then the smallest delta (the first on the grid).
+
+Records carry ranking metrics as scalars ``<split>_<metric>`` and partition metrics on the
+threshold grid as lists ``<split>_<metric>_grid`` (:func:`metric_columns`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from topkbench.metrics.multilabel import LOWER_IS_BETTER, PARTITION_METRICS
+
+TIE_TOL = 1e-9
+
+
+def is_partition(metric: str) -> bool:
+    return metric in PARTITION_METRICS
+
+
+def metric_column(split: str, metric: str) -> str:
+    return f"{split}_{metric}_grid" if is_partition(metric) else f"{split}_{metric}"
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A selected point: hyper-parameters, threshold (partition metrics) and its mean value."""
+
+    C: float
+    theta: float | None
+    delta: float | None
+    value: float
+    delta_index: int | None = None
+
+
+def _theta_key(t) -> float:
+    return -np.inf if t is None or (isinstance(t, float) and np.isnan(t)) else float(t)
+
+
+def select(
+    records: pd.DataFrame, folds: Iterable[str], metric: str, deltas: np.ndarray
+) -> Choice | None:
+    """The best (C, theta[, delta]) for ``metric`` over the records of one dataset/draw/row."""
+    folds = list(folds)
+    col = metric_column("val", metric)
+    if records.empty or col not in records:
+        return None
+    sel = records[records["fold"].isin(folds)]
+    if sel.empty:
+        return None
+    theta = sel["theta"] if "theta" in sel else pd.Series(np.nan, index=sel.index)
+    sel = sel.assign(_theta=theta.map(_theta_key)).sort_values(["C", "_theta", "fold"])
+    lower = metric in LOWER_IS_BETTER
+    best: Choice | None = None
+    for (C, tk), grp in sel.groupby(["C", "_theta"], sort=True):
+        if grp["fold"].nunique() != len(folds):
+            continue
+        grp = grp.drop_duplicates("fold").set_index("fold").loc[folds]
+        if is_partition(metric):
+            vals = np.mean(np.stack([np.asarray(v, dtype=float) for v in grp[col]]), axis=0)
+        else:
+            vals = np.array([float(np.mean(grp[col].to_numpy(dtype=float)))])
+        score = -vals if lower else vals
+        q = int(np.nanargmax(score)) if np.isfinite(score).any() else 0
+        value = float(vals[q])
+        better = best is None or ((best.value - value if lower else value - best.value) > TIE_TOL)
+        if better:
+            th = None if tk == -np.inf else float(tk)
+            if is_partition(metric):
+                best = Choice(float(C), th, float(deltas[q]), value, q)
+            else:
+                best = Choice(float(C), th, None, value)
+    return best
+
+
+def refit_points(
+    records: pd.DataFrame, folds: Iterable[str], metrics: Iterable[str], deltas: np.ndarray
+) -> dict[float | None, set[float]]:
+    """theta -> the C values that some metric selected (the refits on all of train)."""
+    out: dict[float | None, set[float]] = {}
+    for metric in metrics:
+        ch = select(records, folds, metric, deltas)
+        if ch is not None:
+            out.setdefault(ch.theta, set()).add(ch.C)
+    return out
+
+
+def group_folds(n: int, n_folds: int, seed: int, groups: np.ndarray | None = None) -> np.ndarray:
+    """Fold id of every row: a seeded random partition of the rows, or of the groups (image
+    ids) when given so that all regions of an image fall in one fold.  Multilabel targets are
+    not stratified (label sets have no single class); folds differ in size by at most one
+    group."""
+    rng = np.random.default_rng(seed)
+    if groups is None:
+        fold = np.empty(n, dtype=np.int64)
+        fold[rng.permutation(n)] = np.arange(n) % n_folds
+        return fold
+    uniq, inverse = np.unique(groups, return_inverse=True)
+    gfold = np.empty(uniq.size, dtype=np.int64)
+    gfold[rng.permutation(uniq.size)] = np.arange(uniq.size) % n_folds
+    return gfold[inverse.ravel()]
