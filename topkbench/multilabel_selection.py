@@ -71,7 +71,9 @@ def select(
         else:
             vals = np.array([float(np.mean(grp[col].to_numpy(dtype=float)))])
         score = -vals if lower else vals
-        q = int(np.nanargmax(score)) if np.isfinite(score).any() else 0
+        if not np.isfinite(score).any():
+            continue
+        q = int(np.flatnonzero(score >= np.nanmax(score) - TIE_TOL)[0])
         value = float(vals[q])
         better = best is None or ((best.value - value if lower else value - best.value) > TIE_TOL)
         if better:

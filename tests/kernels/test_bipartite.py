@@ -148,11 +148,15 @@ def assert_kkt(b, bb, r, t, s, p, pb):
 
 @st.composite
 def gaussian_problems(draw, max_size=8):
-    """(b, bbar, r): N(0, sigma^2) data, log-uniform radius in [1e-6, 1e6], with shifts."""
+    """(b, bbar, r): N(0, sigma^2) data, log-uniform radius in [1e-6, 1e6] or in [0.1, 30]
+    sigma, with shifts."""
     m = draw(st.integers(1, max_size))
     n = draw(st.integers(1, max_size))
     sigma = draw(st.sampled_from([0.1, 1.0, 10.0]))
-    r = 10.0 ** draw(st.floats(-6.0, 6.0))
+    if draw(st.booleans()):
+        r = 10.0 ** draw(st.floats(-6.0, 6.0))
+    else:  # radius near the data scale: active or inactive with partial knapsack supports
+        r = sigma * 10.0 ** draw(st.floats(-1.0, 1.5))
     shift = draw(st.sampled_from(["none", "negative", "zero"]))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     b = rng.normal(0.0, sigma, m)

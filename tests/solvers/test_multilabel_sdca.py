@@ -372,19 +372,9 @@ def test_warm_start_reaches_the_cold_optimum(method, gamma):
     assert warm.trace[0].relative_gap < cold.trace[0].relative_gap
 
 
-# --- tiny C |x_i|^2 (known defect) ----------------------------------------------------------------
-
-TINY_NORM_REASON = (
-    "BUG: the SVM^ML update computes (p, pbar) = proj_B(C)(b, bbar) with b = (1/2 - q_Y)/K, "
-    "bbar = (1/2 + q_Ybar)/K (gamma = 0) as (b - t)_+; when C K is below ~1e-14 the entries "
-    "~1/K swamp the solution ~C and b - t rounds to 0 (or to a few ulps), so the block stays "
-    "at 0 / far from the radius although its optimum is on it. E.g. K = 1e-16, C = 1e-4, "
-    "q = 0, Y = {0, 2} of m = 4: expected a = C/2 (1, -1, 1, -1), got a = 0. Only den == 0 "
-    "is special-cased. svm_multi has the same defect (its b = (1 + q_j - q_y)/K)."
-)
+# --- tiny C |x_i|^2: the entries ~1/K of the projected blocks must not swamp the answer ~C ------
 
 
-@pytest.mark.xfail(strict=True, reason=TINY_NORM_REASON)
 def test_svm_ml_update_with_tiny_norm_reaches_the_radius():
     """One block update from a = 0, W = 0: maximizing sum_Y a_y - K/2 ||a||^2 over S_Y(C)
     (scale P/lambda) puts the block on the radius (value ~C versus 0 at a = 0), by symmetry
@@ -399,19 +389,17 @@ def test_svm_ml_update_with_tiny_norm_reaches_the_radius():
     np.testing.assert_allclose(out, C / 2 * np.array([1.0, -1.0, 1.0, -1.0]), rtol=1e-9)
 
 
-@pytest.mark.xfail(strict=True, reason=TINY_NORM_REASON)
 def test_svm_ml_converges_for_tiny_feature_norms():
     """X scaled by 1e-6 (C |x_i|^2 ~ 3e-16), C = 1e-4: the optimum is W ~ 0 with P ~ 1 and a
-    dual on the radius, reached in one exact SDCA epoch; the solver instead stalls at a
-    relative gap ~6e-2 after 200 epochs (~1e-3 for X scaled by 1e-5).  Smooth SVM^ML
-    (gamma = 1e-3) and LR^ML converge in one epoch on the same data (next test)."""
+    dual on the radius, reached in one exact SDCA epoch.  (Before the blocks were shifted to a
+    maximum of 0 before dividing by C |x_i|^2, the solver stalled at a relative gap ~6e-2.)"""
     X, Y = make_ml_problem(n=12, m=4, seed=22, n_empty=0, n_full=0)
     model = topkbench.fit(1e-6 * X, Y, "svm_ml", C=1e-4, eps=1e-6, max_epochs=200, warn=False)
     assert model.converged
 
 
 def test_smooth_and_lr_ml_converge_for_tiny_feature_norms():
-    """Control for the two xfails above: with gamma > 0 (den >= gamma/C) or LR^ML (softmax
+    """Control for the two tests above: with gamma > 0 (den >= gamma/C) or LR^ML (softmax
     limit below alpha = 1e-16) the same data converge at once."""
     X, Y = make_ml_problem(n=12, m=4, seed=22, n_empty=0, n_full=0)
     for method, gamma in (("svm_ml", 1e-3), ("lr_ml", 0.0)):

@@ -113,18 +113,29 @@ def update_block_ml(loss, labels, s, a, kii, C, gamma, out, work, vals, idx, tro
                 out[j] = C / k if mask[j] else -C / (m - k)
             _set_mask(mask, labels, False)
             return status
-        # b = (1/2 - q_Y)/den in work[:k], bbar = (1/2 + q_Ybar)/den in work[k:]
+        # b = (1/2 - q_Y)/den in work[:k], bbar = (1/2 + q_Ybar)/den in work[k:], each block
+        # shifted to a maximum of 0 before dividing (1/den is huge for tiny C ||x||^2; see
+        # bipartite_thresholds' offset): b_j - max b = (min_Y q - q_j)/den
+        qmin = math.inf
+        qmax = -math.inf
+        for j in range(m):
+            qj = s[j] - kii * a[j]
+            if mask[j]:
+                qmin = min(qmin, qj)
+            else:
+                qmax = max(qmax, qj)
         py = 0
         pn = k
         for j in range(m):
             qj = s[j] - kii * a[j]
             if mask[j]:
-                work[py] = (0.5 - qj) / den
+                work[py] = (qmin - qj) / den
                 py += 1
             else:
-                work[pn] = (0.5 + qj) / den
+                work[pn] = (qj - qmax) / den
                 pn += 1
-        t, sb = bipartite_thresholds(work[:k], work[k:], C, idx[:k], idx[k:])
+        offset = (1.0 + qmax - qmin) / den
+        t, sb = bipartite_thresholds(work[:k], work[k:], C, idx[:k], idx[k:], offset)
         sum_p = 0.0
         sum_pb = 0.0
         py = 0
@@ -211,16 +222,26 @@ def loss_value_ml(loss, labels, s, gamma, work, idx, mask):
             value = 1.0 + max_neg - min_pos
             value = value if value > 0.0 else 0.0
         else:
+            # b = 1/2 - u_Y, bbar = 1/2 + u_Ybar, each shifted to a maximum of 0 (offset form
+            # of bipartite_thresholds: exact for gamma tiny next to the scores)
+            umin = math.inf
+            umax = -math.inf
+            for j in range(m):
+                if mask[j]:
+                    umin = min(umin, s[j])
+                else:
+                    umax = max(umax, s[j])
             py = 0
             pn = k
             for j in range(m):
                 if mask[j]:
-                    work[py] = 0.5 - s[j]
+                    work[py] = umin - s[j]
                     py += 1
                 else:
-                    work[pn] = 0.5 + s[j]
+                    work[pn] = s[j] - umax
                     pn += 1
-            t, sb = bipartite_thresholds(work[:k], work[k:], gamma, idx[:k], idx[k:])
+            offset = 1.0 + umax - umin
+            t, sb = bipartite_thresholds(work[:k], work[k:], gamma, idx[:k], idx[k:], offset)
             sq = 0.0
             for p in range(k):
                 v = work[p] - t
@@ -230,7 +251,7 @@ def loss_value_ml(loss, labels, s, gamma, work, idx, mask):
                 v = work[p] - sb
                 if v > 0.0:
                     sq += v * v
-            ts = t + sb
+            ts = t + sb + offset  # t + s of the unshifted problem
             value = ((ts * gamma if ts > 0.0 else 0.0) + 0.5 * sq) / gamma
             value = value if value > 0.0 else 0.0
     else:
