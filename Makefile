@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 N_JOBS ?= 2
 
-.PHONY: install test test-full lint reproduce-table3 reproduce-table5 smoke-table5 reproduce-table7 smoke-table7 bench bench-table5 bench-bipartite clean-cache
+.PHONY: install test test-full lint reproduce-table3 reproduce-table5 smoke-table5 reproduce-table7 smoke-table7 reproduce-table10 reproduce-table11 reproduce-table12 smoke-table11 bench bench-table5 bench-bipartite clean-cache
 
 install:
 	$(PY) -m venv $(VENV)
@@ -49,6 +49,22 @@ reproduce-table7:
 smoke-table7:
 	$(BIN)/topkbench sweep experiment=table7_smoke n_jobs=$(N_JOBS)
 	$(BIN)/topkbench report experiment=table7_smoke
+
+# Tables 10-12 (VOC 2007 / COCO region features, user-supplied: `topkbench data info voc2007`)
+reproduce-table10:
+	$(BIN)/topkbench sweep experiment=table10 n_jobs=$(N_JOBS) --skip-missing
+	$(BIN)/topkbench report experiment=table10
+reproduce-table11:
+	$(BIN)/topkbench sweep experiment=table11 n_jobs=$(N_JOBS) --skip-missing
+	$(BIN)/topkbench report experiment=table11
+reproduce-table12:
+	$(BIN)/topkbench sweep experiment=table12 n_jobs=$(N_JOBS) --skip-missing
+	$(BIN)/topkbench report experiment=table12
+
+# the region/image protocol of Tables 10-12 on synthetic data (seconds)
+smoke-table11:
+	$(BIN)/topkbench sweep experiment=table11_smoke n_jobs=$(N_JOBS)
+	$(BIN)/topkbench report experiment=table11_smoke
 
 bench-bipartite:
 	$(BIN)/topkbench bench bipartite

@@ -99,6 +99,25 @@ class SweepRow:
     block: str = ""  # "" = the paper's table; other names are extra report blocks
     paper_row: str = ""  # published row to print beside this one (default: ``row``)
     kernel: str = "linear"  # "rbf": one C path per theta of the experiment's theta grid
+    k_values: tuple[int, ...] = ()  # k as a hyper-parameter (Tables 10-12: k in {2,..,5})
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SweepRow:
+        """A row from YAML; ``k: [2, 3, 4, 5]`` makes k a hyper-parameter selected per column."""
+        d = dict(d)
+        k = d.get("k", 1)
+        if isinstance(k, (list, tuple)):
+            if not k:
+                raise ConfigError(f"row {d.get('row')!r}: empty k list")
+            d["k_values"] = tuple(int(v) for v in k)
+            d["k"] = int(k[0])
+        return cls(**d)
+
+    def variants(self) -> tuple[SweepRow, ...]:
+        """The row once per k of its grid (itself when k is fixed)."""
+        from dataclasses import replace
+
+        return tuple(replace(self, k=k) for k in self.k_values) if self.k_values else (self,)
 
 
 @dataclass(frozen=True)
@@ -136,6 +155,7 @@ class ExperimentConfig:
     delta_grid: str = "mulan"  # threshold grid: mulan (71 points) | voc (100 points in [0.1, 10])
     theta_values: tuple[float, ...] = ()  # RBF theta = 1/(2 sigma^2) grid for kernel: rbf rows
     max_gram_gb: float = 8.0  # refuse RBF fits whose n x n Gram matrix would exceed this
+    class_columns: tuple[str, ...] = ()  # class_ap layout: column names in label order
 
     @property
     def multilabel(self) -> bool:
@@ -158,7 +178,7 @@ class ExperimentConfig:
             raise ConfigError("no experiment selected", hint="topkbench sweep experiment=table3")
         C_values, base, step = _log_grid(exp, "C_grid")
         theta_values = _log_grid(exp, "theta_grid")[0] if exp.get("theta_grid") else ()
-        rows = tuple(SweepRow(**r) for r in exp["rows"])
+        rows = tuple(SweepRow.from_dict(r) for r in exp["rows"])
         for r in rows:
             if r.kernel not in ("linear", "rbf"):
                 raise ConfigError(f"row {r.row!r}: kernel must be linear or rbf; got {r.kernel!r}")
@@ -227,6 +247,7 @@ class ExperimentConfig:
             delta_grid=_choice(exp, "delta_grid", "mulan", ("mulan", "voc")),
             theta_values=theta_values,
             max_gram_gb=float(exp.get("max_gram_gb", 8.0)),
+            class_columns=tuple(str(c) for c in exp.get("class_columns") or ()),
         )
 
 

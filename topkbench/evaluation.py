@@ -72,11 +72,13 @@ def pool_images(scores: np.ndarray, Y, ids: np.ndarray | None, source: str = "")
 
 
 def multilabel_record(prefix: str, scores: np.ndarray, Y, deltas) -> dict:
-    """Record columns of one evaluated split: ranking metrics as ``<prefix>_<metric>`` and the
-    partition metrics on the threshold grid as lists ``<prefix>_<metric>_grid``."""
-    from topkbench.metrics.multilabel import partition_metrics_grid, ranking_metrics
+    """Record columns of one evaluated split: ranking metrics as ``<prefix>_<metric>``, the AP
+    of every class as the list ``<prefix>_ap_classes`` (Table 10), and the partition metrics on
+    the threshold grid as lists ``<prefix>_<metric>_grid``."""
+    from topkbench.metrics.multilabel import class_aps, partition_metrics_grid, ranking_metrics
 
     out = {f"{prefix}_{k}": v for k, v in ranking_metrics(scores, Y).items()}
+    out[f"{prefix}_ap_classes"] = [float(x) for x in class_aps(scores, Y)]
     for k, v in partition_metrics_grid(scores, Y, deltas).items():
         out[f"{prefix}_{k}_grid"] = [float(x) for x in v]
     return out

@@ -5,7 +5,8 @@ ranking metrics, ``(C, theta, delta)`` for the partition metrics, where the thre
 is chosen on a fixed grid from the validation scores stored with each fit (no retraining).
 A hyper-parameter point counts only when every selection fold has a record for it; the value is
 the mean over folds (summed in fold order).  Ties within ``TIE_TOL`` go to the smallest C, then
-the smallest theta, then the smallest delta (the first on the grid).
+the smallest theta, then the smallest k (rows with a k grid, Tables 10-12), then the smallest
+delta (the first on the grid).
 
 Records carry ranking metrics as scalars ``<split>_<metric>`` and partition metrics on the
 threshold grid as lists ``<split>_<metric>_grid`` (:func:`metric_columns`).
@@ -41,6 +42,7 @@ class Choice:
     delta: float | None
     value: float
     delta_index: int | None = None
+    k: int = 1
 
 
 def _theta_key(t) -> float:
@@ -59,10 +61,10 @@ def select(
     if sel.empty:
         return None
     theta = sel["theta"] if "theta" in sel else pd.Series(np.nan, index=sel.index)
-    sel = sel.assign(_theta=theta.map(_theta_key)).sort_values(["C", "_theta", "fold"])
+    sel = sel.assign(_theta=theta.map(_theta_key)).sort_values(["C", "_theta", "k", "fold"])
     lower = metric in LOWER_IS_BETTER
     best: Choice | None = None
-    for (C, tk), grp in sel.groupby(["C", "_theta"], sort=True):
+    for (C, tk, k), grp in sel.groupby(["C", "_theta", "k"], sort=True):
         if grp["fold"].nunique() != len(folds):
             continue
         grp = grp.drop_duplicates("fold").set_index("fold").loc[folds]
@@ -79,21 +81,21 @@ def select(
         if better:
             th = None if tk == -np.inf else float(tk)
             if is_partition(metric):
-                best = Choice(float(C), th, float(deltas[q]), value, q)
+                best = Choice(float(C), th, float(deltas[q]), value, q, int(k))
             else:
-                best = Choice(float(C), th, None, value)
+                best = Choice(float(C), th, None, value, None, int(k))
     return best
 
 
 def refit_points(
     records: pd.DataFrame, folds: Iterable[str], metrics: Iterable[str], deltas: np.ndarray
-) -> dict[float | None, set[float]]:
-    """theta -> the C values that some metric selected (the refits on all of train)."""
-    out: dict[float | None, set[float]] = {}
+) -> dict[tuple[float | None, int], set[float]]:
+    """(theta, k) -> the C values that some metric selected (the refits on all of train)."""
+    out: dict[tuple[float | None, int], set[float]] = {}
     for metric in metrics:
         ch = select(records, folds, metric, deltas)
         if ch is not None:
-            out.setdefault(ch.theta, set()).add(ch.C)
+            out.setdefault((ch.theta, ch.k), set()).add(ch.C)
     return out
 
 

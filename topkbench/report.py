@@ -145,6 +145,10 @@ def build_report(exp: ExperimentConfig) -> TableReport:
         from topkbench.report_multilabel import build_multilabel_report
 
         return build_multilabel_report(exp, records, published)
+    if exp.layout == "class_ap":
+        from topkbench.report_multilabel import build_class_ap_report
+
+        return build_class_ap_report(exp, records, published)
     selected = select_per_k(records, exp)
     if exp.layout == "datasets":
         return _build_datasets_report(exp, records, selected, published)

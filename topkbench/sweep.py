@@ -20,6 +20,7 @@ stopped.  Paths run in parallel through joblib processes (``n_jobs``) or on a Da
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -436,8 +437,13 @@ def _refit_jobs(
                     from topkbench.multilabel_selection import refit_points
 
                     points = refit_points(recs, folds, exp.metrics, delta_grid(exp.delta_grid))
-                    for theta, Cs in sorted(points.items(), key=lambda t: t[0] or 0.0):
-                        jobs.append(PathJob(di, draw, row, REFIT, tuple(sorted(Cs)), None, theta))
+                    for (theta, k), Cs in sorted(
+                        points.items(), key=lambda t: (t[0][0] or 0.0, t[0][1])
+                    ):
+                        variant = dataclasses.replace(row, k=k)
+                        jobs.append(
+                            PathJob(di, draw, variant, REFIT, tuple(sorted(Cs)), None, theta)
+                        )
                     continue
                 curve = mean_validation(recs, folds, exp.ks)
                 Cs = {best_C(curve, k) for k in exp.ks} - {None}
@@ -454,10 +460,11 @@ def base_jobs(
 ) -> list[PathJob]:
     init = init or {}
     return [
-        PathJob(di, draw, row, fold, exp.C_values, init.get((di, draw, row.row)), theta)
+        PathJob(di, draw, variant, fold, exp.C_values, init.get((di, draw, row.row)), theta)
         for di in range(len(exp.datasets))
         for draw in range(exp.draws)
         for row in (exp.rows if rows is None else rows)
+        for variant in row.variants()
         for theta in (exp.theta_values if row.kernel == "rbf" else (None,))
         for fold in selection_folds(exp, di)
     ]

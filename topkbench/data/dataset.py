@@ -305,29 +305,41 @@ def _load_mat(cfg: DatasetConfig) -> Dataset:
 def _load_features(cfg: DatasetConfig) -> Dataset:
     from topkbench.data.features import read_features
 
-    raw, ids, names, prov = {}, {}, None, {}
+    raw, ids, names, prov, primary = {}, {}, None, {}, {}
     cache: dict[Path, Any] = {}
+    kinds = set()
     for split, entry in file_entries(cfg).items():
         path = resolve_path(cfg, entry["file"])
         labels = resolve_path(cfg, entry["labels"]) if entry.get("labels") else None
         if path not in cache:
             cache[path] = read_features(path, labels)
         ff = cache[path]
+        kinds.add(ff.multilabel)
         names = names or ff.label_names
         prov[split] = str(path)
+        idx = slice(None)
         if ff.splits:
             if split not in ff.splits:
                 raise DataFormatError(
                     str(path), f"no 'splits/{split}' index (the file has {', '.join(ff.splits)})"
                 )
             idx = ff.splits[split]
-            raw[split] = (np.asarray(ff.X[idx]), ff.labels[idx], str(path))
-            if ff.image_ids is not None:
-                ids[split] = ff.image_ids[idx]
-        else:
-            raw[split] = (ff.X, ff.labels, str(path))
-            if ff.image_ids is not None:
-                ids[split] = ff.image_ids
+        X = ff.X if isinstance(idx, slice) else np.asarray(ff.X[idx])
+        raw[split] = (X, ff.labels[idx], str(path))
+        if ff.image_ids is not None:
+            ids[split] = ff.image_ids[idx]
+        if ff.primary is not None:
+            primary[split] = ff.primary[idx]
+    if len(kinds) > 1:
+        raise DataFormatError(
+            ", ".join(prov.values()), "some files hold class labels and others an indicator"
+        )
+    if kinds == {True}:
+        m = next(iter(raw.values()))[1].shape[1]
+        if any(r[1].shape[1] != m for r in raw.values()):
+            raise DataFormatError(", ".join(prov.values()), "indicator widths differ")
+        label_names = names or [f"label {j + 1}" for j in range(m)]
+        return assemble_multilabel(cfg, raw, label_names, {"files": prov}, ids, primary)
     return assemble(cfg, raw, names, provenance={"files": prov}, image_ids=ids)
 
 

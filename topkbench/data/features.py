@@ -3,10 +3,16 @@
 Layout (the same names in an HDF5 file and in an ``.npz`` archive)::
 
     features      n x d float array (required)
-    labels        n integers (required; any integer values, mapped to 0..m-1 by the loader)
+    labels        n integers (required; any integer values, mapped to 0..m-1 by the loader),
+                  or an n x m 0/1 indicator for multilabel data (VOC 2007 / COCO, Tables 10-12)
+    primary       multilabel data only (optional): n class indices 0..m-1, the single
+                  "prominent" label each example's multiclass and top-k methods train on;
+                  it must be one of the example's labels when its label set is not empty
     image_ids     n ids, integers or strings (optional: several region features per image,
-                  TPAMI §6.3 — image scores are the max over its regions)
-    label_names   names of the label values in sorted order (optional)
+                  TPAMI §6.3 — regions share their image's labels, and image scores are the
+                  max over its regions)
+    label_names   names of the label values in sorted order, or of the m indicator columns
+                  (optional)
     splits/train  row indices of each split (optional; HDF5 group ``splits`` or npz keys
     splits/val    ``splits/train`` ...).  Without them, the file is one split and the
     splits/test   registry names one file per split.
@@ -31,11 +37,51 @@ FEATURE_SUFFIXES = (".h5", ".hdf5", ".npz", ".npy")
 @dataclass
 class FeatureFile:
     X: np.ndarray
-    labels: np.ndarray
+    labels: np.ndarray  # class indices, or a CSR 0/1 indicator (multilabel)
     path: str
     image_ids: np.ndarray | None = None
     label_names: list[str] | None = None
     splits: dict[str, np.ndarray] = field(default_factory=dict)
+    primary: np.ndarray | None = None  # multilabel: one class per example
+
+    @property
+    def multilabel(self) -> bool:
+        import scipy.sparse as sp
+
+        return sp.issparse(self.labels)
+
+
+def _indicator(arr, path: str):
+    """An n x m 0/1 indicator as CSR (int8); anything else than 0/1 names row and column."""
+    import scipy.sparse as sp
+
+    arr = np.asarray(arr)
+    bad = (arr != 0) & (arr != 1)
+    if bad.any():
+        i, j = (int(v) for v in np.argwhere(bad)[0])
+        raise DataFormatError(
+            path, f"'labels' indicator must be 0/1 (row {i}, column {j})", token=repr(arr[i, j])
+        )
+    return sp.csr_matrix(arr.astype(np.int8))
+
+
+def _primary(arr, Y, path: str) -> np.ndarray:
+    y = _labels(arr, path)
+    n, m = Y.shape
+    if len(y) != n:
+        raise DataFormatError(path, f"'primary' has {len(y)} entries, expected {n}")
+    if len(y) and (y.min() < 0 or y.max() >= m):
+        i = int(np.flatnonzero((y < 0) | (y >= m))[0])
+        raise DataFormatError(path, f"'primary' must be in 0..{m - 1} (row {i})", token=str(y[i]))
+    nonempty = np.diff(Y.indptr) > 0
+    inset = np.asarray(Y[np.arange(n), y]).ravel() != 0
+    wrong = nonempty & ~inset
+    if wrong.any():
+        i = int(np.flatnonzero(wrong)[0])
+        raise DataFormatError(
+            path, f"'primary' label of row {i} is not one of its labels", token=str(y[i])
+        )
+    return y
 
 
 def _labels(arr, path: str) -> np.ndarray:
@@ -68,28 +114,46 @@ def _check_matrix(X, path: str) -> None:
         raise DataFormatError(path, f"'features' must be numeric, found dtype {X.dtype}")
 
 
-def _finish(path: str, X, labels, image_ids, names, splits) -> FeatureFile:
+def _finish(path: str, X, labels, image_ids, names, splits, primary=None) -> FeatureFile:
     _check_matrix(X, path)
-    y = _labels(labels, path)
-    if len(y) != X.shape[0]:
-        raise DataFormatError(path, f"'features' has {X.shape[0]} rows but 'labels' has {len(y)}")
+    lab = np.asarray(labels)
+    multilabel = lab.ndim == 2 and min(lab.shape) > 1
+    y = _indicator(lab, path) if multilabel else _labels(lab, path)
+    if y.shape[0] != X.shape[0]:
+        raise DataFormatError(
+            path, f"'features' has {X.shape[0]} rows but 'labels' has {y.shape[0]}"
+        )
+    prim = None
+    if primary is not None:
+        if not multilabel:
+            raise DataFormatError(path, "'primary' is for multilabel data (an n x m 'labels')")
+        prim = _primary(primary, y, path)
     ids = None
     if image_ids is not None:
         ids = np.asarray(image_ids)
         if ids.dtype.kind in "SO":
             ids = np.asarray(_strings(ids))
         ids = ids.ravel()
-        if len(ids) != len(y):
-            raise DataFormatError(path, f"'image_ids' has {len(ids)} entries, expected {len(y)}")
+        if len(ids) != y.shape[0]:
+            raise DataFormatError(
+                path, f"'image_ids' has {len(ids)} entries, expected {y.shape[0]}"
+            )
     out_splits = {}
     for name, idx in splits.items():
         idx = np.asarray(idx)
         if idx.dtype.kind not in "iu" or idx.ndim != 1:
             raise DataFormatError(path, f"'splits/{name}' must be a vector of row indices")
-        if len(idx) and (idx.min() < 0 or idx.max() >= len(y)):
-            raise DataFormatError(path, f"'splits/{name}' has row indices outside 0..{len(y) - 1}")
+        if len(idx) and (idx.min() < 0 or idx.max() >= y.shape[0]):
+            raise DataFormatError(
+                path, f"'splits/{name}' has row indices outside 0..{y.shape[0] - 1}"
+            )
         out_splits[name] = idx.astype(np.int64)
-    return FeatureFile(X, y, path, ids, _strings(names) if names is not None else None, out_splits)
+    names = _strings(names) if names is not None else None
+    if multilabel and names is not None and len(names) != y.shape[1]:
+        raise DataFormatError(
+            path, f"'label_names' has {len(names)} entries for {y.shape[1]} indicator columns"
+        )
+    return FeatureFile(X, y, path, ids, names, out_splits, prim)
 
 
 def read_features(path: str | Path, labels: str | Path | None = None) -> FeatureFile:
@@ -116,9 +180,10 @@ def read_features(path: str | Path, labels: str | Path | None = None) -> Feature
                 ids = f["image_ids"][()] if "image_ids" in f else None
                 names = f["label_names"][()] if "label_names" in f else None
                 splits = {k: f["splits"][k][()] for k in f["splits"]} if "splits" in f else {}
+                prim = f["primary"][()] if "primary" in f else None
         except OSError as exc:
             raise DataFormatError(p, f"not a readable HDF5 file: {exc}") from None
-        return _finish(p, X, y, ids, names, splits)
+        return _finish(p, X, y, ids, names, splits, prim)
     if suffix == ".npz":
         try:
             z = np.load(path, allow_pickle=False)
@@ -138,6 +203,7 @@ def read_features(path: str | Path, labels: str | Path | None = None) -> Feature
                 z["image_ids"] if "image_ids" in z.files else None,
                 z["label_names"] if "label_names" in z.files else None,
                 splits,
+                z["primary"] if "primary" in z.files else None,
             )
     if suffix == ".npy":
         if labels is None:

@@ -162,9 +162,16 @@ def ranking_metrics(
         out[f"p@{k}"] = float(np.mean(hits[:, k - 1] / k))
     for k in (int(k) for k in r_at if int(k) <= m):
         out[f"r@{k}"] = float(np.mean(_ratio(hits[:, k - 1], n_rel)))
-    aps = [average_precision(S[:, j], T[:, j], ap) for j in range(m)]
+    aps = class_aps(S, T, ap)
     out["map"] = float(np.nanmean(aps)) if np.any(np.isfinite(aps)) else float("nan")
     return out
+
+
+def class_aps(S, Y, ap: str = "step") -> NDArray[np.float64]:
+    """Average precision of every class (NaN for a class without positives)."""
+    S = _scores(S)
+    T = _dense_truth(Y, S.shape)
+    return np.array([average_precision(S[:, j], T[:, j], ap) for j in range(S.shape[1])])
 
 
 def partition_counts(S, T, delta: float):
