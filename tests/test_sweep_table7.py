@@ -258,3 +258,28 @@ def test_table7_on_mulan_files_prints_paper_values(tmp_path, monkeypatch):
     hit = csv[(csv["row"] == "SVM^ML_gamma (RBF)") & (csv["metric"] == "f1_micro")].iloc[0]
     assert hit["paper"] == pytest.approx(65.5)
     assert np.isfinite(hit["ours_mean"]) and 0.0 <= hit["ours_mean"] <= 100.0
+
+
+def test_cardinality_threshold_rule(smoke):
+    """``threshold_rule: cardinality``: partition metrics use the threshold that matches the
+    training label cardinality on each split (stored with every record), so only C (and theta)
+    are selected, by the validation value at that threshold."""
+    exp, _ = smoke
+    card = dataclasses.replace(exp, threshold_rule="cardinality")
+    rep = build_report(card)
+    assert "match the training label cardinality" in rep.markdown
+    recs = RecordStore(exp.results_dir, exp.name).load()
+    cv = recs[(recs["fold"] != "refit") & (recs["row"] == "SVM^ML")]
+    for metric in ("hloss", "f1_micro"):
+        got = rep.selected[(rep.selected["row"] == "SVM^ML") & (rep.selected["metric"] == metric)]
+        got = got.iloc[0]
+        assert got["delta"] is None or np.isnan(got["delta"])
+        means = cv.groupby("C")[f"val_{metric}_card"].mean()
+        best = means.min() if metric in LOWER_IS_BETTER else means.max()
+        assert got["C"] == pytest.approx(float(means.index[np.isclose(means, best)][0]))
+        refit = recs[
+            (recs["fold"] == "refit") & (recs["row"] == "SVM^ML") & np.isclose(recs["C"], got["C"])
+        ]
+        assert got["test"] == pytest.approx(float(refit[f"test_{metric}_card"].iloc[0]))
+    # the stored thresholds are finite and differ between folds (each split sets its own)
+    assert np.isfinite(cv["val_delta_card"]).all() and cv["val_delta_card"].nunique() > 1

@@ -156,6 +156,7 @@ class ExperimentConfig:
     theta_values: tuple[float, ...] = ()  # RBF theta = 1/(2 sigma^2) grid for kernel: rbf rows
     max_gram_gb: float = 8.0  # refuse RBF fits whose n x n Gram matrix would exceed this
     class_columns: tuple[str, ...] = ()  # class_ap layout: column names in label order
+    threshold_rule: str = "grid"  # grid: delta selected per metric | cardinality: matched
 
     @property
     def multilabel(self) -> bool:
@@ -248,6 +249,7 @@ class ExperimentConfig:
             theta_values=theta_values,
             max_gram_gb=float(exp.get("max_gram_gb", 8.0)),
             class_columns=tuple(str(c) for c in exp.get("class_columns") or ()),
+            threshold_rule=_choice(exp, "threshold_rule", "grid", ("grid", "cardinality")),
         )
 
 

@@ -59,28 +59,44 @@ def pool_images(scores: np.ndarray, Y, ids: np.ndarray | None, source: str = "")
     if ids is None:
         return scores, Y
     first, pooled = max_pool(scores, ids)
+    # the labels are replicated from the image to its regions: verify, do not assume
+    _, first_sorted, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    ref = Y[first_sorted[inverse.ravel()]]
     if sp.issparse(Y):
-        # the labels are replicated from the image to its regions: verify, do not assume
-        _, first_sorted, inverse = np.unique(ids, return_index=True, return_inverse=True)
-        diff = Y - Y[first_sorted[inverse.ravel()]]
-        if diff.count_nonzero():
-            row = int(np.flatnonzero(np.diff(diff.tocsr().indptr))[0])
-            raise DataFormatError(
-                str(source), f"rows of image {ids[row]!r} carry different label sets (row {row})"
-            )
+        differs = np.diff((Y - ref).tocsr().indptr) > 0
+    else:
+        differs = (np.asarray(Y) != np.asarray(ref)).reshape(len(ids), -1).any(axis=1)
+    if differs.any():
+        row = int(np.flatnonzero(differs)[0])
+        raise DataFormatError(
+            str(source), f"rows of image {ids[row]!r} carry different label sets (row {row})"
+        )
     return pooled, Y[first]
 
 
-def multilabel_record(prefix: str, scores: np.ndarray, Y, deltas) -> dict:
+def multilabel_record(prefix: str, scores: np.ndarray, Y, deltas, cardinality=None) -> dict:
     """Record columns of one evaluated split: ranking metrics as ``<prefix>_<metric>``, the AP
     of every class as the list ``<prefix>_ap_classes`` (Table 10), and the partition metrics on
-    the threshold grid as lists ``<prefix>_<metric>_grid``."""
-    from topkbench.metrics.multilabel import class_aps, partition_metrics_grid, ranking_metrics
+    the threshold grid as lists ``<prefix>_<metric>_grid``; with the training label
+    ``cardinality``, also the partition metrics at the cardinality-matched threshold
+    (``<prefix>_<metric>_card``, ``<prefix>_delta_card``)."""
+    from topkbench.metrics.multilabel import (
+        cardinality_threshold,
+        class_aps,
+        partition_metrics,
+        partition_metrics_grid,
+        ranking_metrics,
+    )
 
     out = {f"{prefix}_{k}": v for k, v in ranking_metrics(scores, Y).items()}
     out[f"{prefix}_ap_classes"] = [float(x) for x in class_aps(scores, Y)]
     for k, v in partition_metrics_grid(scores, Y, deltas).items():
         out[f"{prefix}_{k}_grid"] = [float(x) for x in v]
+    if cardinality is not None:
+        dc = cardinality_threshold(scores, cardinality)
+        out[f"{prefix}_delta_card"] = dc
+        for k, v in partition_metrics(scores, Y, dc).items():
+            out[f"{prefix}_{k}_card"] = v
     return out
 
 

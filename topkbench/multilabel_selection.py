@@ -8,8 +8,12 @@ the mean over folds (summed in fold order).  Ties within ``TIE_TOL`` go to the s
 the smallest theta, then the smallest k (rows with a k grid, Tables 10-12), then the smallest
 delta (the first on the grid).
 
-Records carry ranking metrics as scalars ``<split>_<metric>`` and partition metrics on the
-threshold grid as lists ``<split>_<metric>_grid`` (:func:`metric_columns`).
+Records carry ranking metrics as scalars ``<split>_<metric>``, partition metrics on the
+threshold grid as lists ``<split>_<metric>_grid`` (:func:`metric_column`), and partition metrics
+at the "match label cardinality" threshold as scalars ``<split>_<metric>_card`` (the option
+``threshold_rule: cardinality``: delta is set on each evaluated split so that its mean number of
+predicted labels matches the training label cardinality, TPAMI ref. [97], as Madjarov et al. did;
+it is then not selected, and C is selected with it).
 """
 
 from __future__ import annotations
@@ -29,8 +33,14 @@ def is_partition(metric: str) -> bool:
     return metric in PARTITION_METRICS
 
 
-def metric_column(split: str, metric: str) -> str:
-    return f"{split}_{metric}_grid" if is_partition(metric) else f"{split}_{metric}"
+def metric_column(split: str, metric: str, rule: str = "grid") -> str:
+    if not is_partition(metric):
+        return f"{split}_{metric}"
+    return f"{split}_{metric}_card" if rule == "cardinality" else f"{split}_{metric}_grid"
+
+
+def uses_grid(metric: str, rule: str) -> bool:
+    return is_partition(metric) and rule != "cardinality"
 
 
 @dataclass(frozen=True)
@@ -50,11 +60,17 @@ def _theta_key(t) -> float:
 
 
 def select(
-    records: pd.DataFrame, folds: Iterable[str], metric: str, deltas: np.ndarray
+    records: pd.DataFrame,
+    folds: Iterable[str],
+    metric: str,
+    deltas: np.ndarray,
+    rule: str = "grid",
 ) -> Choice | None:
-    """The best (C, theta[, delta]) for ``metric`` over the records of one dataset/draw/row."""
+    """The best (C, theta, k[, delta]) for ``metric`` over the records of one dataset/draw/row;
+    ``rule="cardinality"`` uses the cardinality-matched threshold instead of the grid."""
     folds = list(folds)
-    col = metric_column("val", metric)
+    col = metric_column("val", metric, rule)
+    grid = uses_grid(metric, rule)
     if records.empty or col not in records:
         return None
     sel = records[records["fold"].isin(folds)]
@@ -68,7 +84,7 @@ def select(
         if grp["fold"].nunique() != len(folds):
             continue
         grp = grp.drop_duplicates("fold").set_index("fold").loc[folds]
-        if is_partition(metric):
+        if grid:
             vals = np.mean(np.stack([np.asarray(v, dtype=float) for v in grp[col]]), axis=0)
         else:
             vals = np.array([float(np.mean(grp[col].to_numpy(dtype=float)))])
@@ -80,7 +96,7 @@ def select(
         better = best is None or ((best.value - value if lower else value - best.value) > TIE_TOL)
         if better:
             th = None if tk == -np.inf else float(tk)
-            if is_partition(metric):
+            if grid:
                 best = Choice(float(C), th, float(deltas[q]), value, q, int(k))
             else:
                 best = Choice(float(C), th, None, value, None, int(k))
@@ -88,12 +104,16 @@ def select(
 
 
 def refit_points(
-    records: pd.DataFrame, folds: Iterable[str], metrics: Iterable[str], deltas: np.ndarray
+    records: pd.DataFrame,
+    folds: Iterable[str],
+    metrics: Iterable[str],
+    deltas: np.ndarray,
+    rule: str = "grid",
 ) -> dict[tuple[float | None, int], set[float]]:
     """(theta, k) -> the C values that some metric selected (the refits on all of train)."""
     out: dict[tuple[float | None, int], set[float]] = {}
     for metric in metrics:
-        ch = select(records, folds, metric, deltas)
+        ch = select(records, folds, metric, deltas, rule)
         if ch is not None:
             out.setdefault((ch.theta, ch.k), set()).add(ch.C)
     return out

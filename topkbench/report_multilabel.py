@@ -15,7 +15,7 @@ import pandas as pd
 
 from topkbench.config import ExperimentConfig
 from topkbench.metrics.multilabel import LOWER_IS_BETTER, delta_grid
-from topkbench.multilabel_selection import is_partition, metric_column, select
+from topkbench.multilabel_selection import metric_column, select, uses_grid
 
 METRIC_TITLES = {
     "rloss": "RLoss",
@@ -74,17 +74,17 @@ def select_multilabel(records: pd.DataFrame, exp: ExperimentConfig) -> pd.DataFr
         for (row, draw), grp in recs_ds.groupby(["row", "draw"], sort=False):
             tests = grp[grp["fold"] == test_fold]
             for metric in exp.metrics:
-                ch = select(grp, folds, metric, deltas)
+                ch = select(grp, folds, metric, deltas, exp.threshold_rule)
                 if ch is None:
                     continue
                 hit = tests[
                     np.isclose(tests["C"], ch.C, rtol=1e-12) & _theta_match(tests, ch.theta)
                 ]
                 test = np.nan
-                col = metric_column("test", metric)
+                col = metric_column("test", metric, exp.threshold_rule)
                 if len(hit) and col in hit:
                     v = hit[col].iloc[0]
-                    if is_partition(metric):
+                    if uses_grid(metric, exp.threshold_rule):
                         v = np.asarray(v, dtype=float)[ch.delta_index]
                     test = float(v)
                 out.append(
@@ -253,8 +253,13 @@ def build_multilabel_report(exp, records: pd.DataFrame, published: pd.DataFrame)
             if exp.theta_values
             else ""
         )
-        + f"; threshold delta on the {exp.delta_grid!r} grid ({len(deltas)} points, "
-        "h(x) = {y : f_y(x) >= delta}), chosen per partition metric from stored scores.",
+        + (
+            f"; threshold delta on the {exp.delta_grid!r} grid ({len(deltas)} points, "
+            "h(x) = {y : f_y(x) >= delta}), chosen per partition metric from stored scores."
+            if exp.threshold_rule == "grid"
+            else "; threshold delta set on each split to match the training label cardinality "
+            "(h(x) = {y : f_y(x) >= delta}; TPAMI ref. [97])."
+        ),
         f"Solver: SDCA to relative duality gap ε = {exp.eps:g} (budget {exp.max_epochs} epochs"
         + (f", {exp.time_limit} s" if exp.time_limit else "")
         + f" per fit); {n_conv}/{n_rec} fits reached ε. Training leaves out examples whose "

@@ -205,6 +205,7 @@ def run_path(exp: ExperimentConfig, job: PathJob) -> PathSummary:
                 )
                 break
             data = _path_data(dataset, fold, exp.folds, data_seed, row.method)
+            train_cardinality = _train_cardinality(dataset) if dataset.multilabel else None
             if theta is not None:
                 gb = 8.0 * data[0].shape[0] ** 2 / 2**30
                 if gb > exp.max_gram_gb:
@@ -274,7 +275,7 @@ def run_path(exp: ExperimentConfig, job: PathJob) -> PathSummary:
             scores = model.decision_function(Xs)
             if dataset.multilabel:
                 S, Y = pool_images(scores, ys, ids, ds.name)
-                record.update(multilabel_record(split, S, Y, deltas))
+                record.update(multilabel_record(split, S, Y, deltas, train_cardinality))
             else:
                 ks = [k for k in range(1, dataset.n_classes) if k <= max(exp.ks)]
                 for k, v in topk_accuracy(scores, ys, ks).items():
@@ -289,6 +290,18 @@ def run_path(exp: ExperimentConfig, job: PathJob) -> PathSummary:
     summary.seconds = time.perf_counter() - start
     summary.errors = tuple(errors)
     return summary
+
+
+def _train_cardinality(dataset) -> float:
+    """Mean number of labels per training image (per row without image ids)."""
+    from topkbench.metrics.multilabel import label_cardinality
+
+    _, Y = dataset.splits["train"]
+    ids = dataset.image_ids.get("train")
+    if ids is not None:
+        _, first = np.unique(ids, return_index=True)
+        Y = Y[np.sort(first)]
+    return label_cardinality(Y)
 
 
 def _init_model(exp: ExperimentConfig, data, C: float, seed: int, m: int):
@@ -436,7 +449,9 @@ def _refit_jobs(
                     from topkbench.metrics.multilabel import delta_grid
                     from topkbench.multilabel_selection import refit_points
 
-                    points = refit_points(recs, folds, exp.metrics, delta_grid(exp.delta_grid))
+                    points = refit_points(
+                        recs, folds, exp.metrics, delta_grid(exp.delta_grid), exp.threshold_rule
+                    )
                     for (theta, k), Cs in sorted(
                         points.items(), key=lambda t: (t[0][0] or 0.0, t[0][1])
                     ):

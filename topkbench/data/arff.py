@@ -202,7 +202,10 @@ def read_mulan(
     import arff
 
     path = Path(path)
-    first_no, first = _first_data_line(path)
+    try:
+        first_no, first = _first_data_line(path)
+    except OSError as exc:
+        raise DataFormatError(str(path), f"cannot read: {exc.strerror or exc}") from None
     sparse = first.startswith("{")
     try:
         with open(path, encoding="utf-8", errors="replace") as fh:
