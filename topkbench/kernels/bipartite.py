@@ -61,9 +61,9 @@ def _zero_solution(b, bb):
 
 
 @njit(cache=True)
-def _equal_sum_variable_fixing(b, bb, ix, nx, iy, ny):
-    """Root ``t`` of ``sum (b - t)_+ = sum (bbar + t)_+`` by variable fixing (corrected step 5)
-    over the free sets ``ix[:nx]``, ``iy[:ny]``.
+def _equal_sum_variable_fixing(b, bb, ix, nx, iy, ny, offset):
+    """Root ``t`` of ``sum (b - t)_+ = sum (bbar + offset + t)_+`` by variable fixing (corrected
+    step 5) over the free sets ``ix[:nx]``, ``iy[:ny]``.
 
     Assumes ``max b + max bbar > 0`` (a solution with positive mass), which keeps both free
     sets non-empty, and that every index outside the free sets is zero at the root.
@@ -73,7 +73,7 @@ def _equal_sum_variable_fixing(b, bb, ix, nx, iy, ny):
         sx += b[ix[p]]
     sy = 0.0
     for p in range(ny):
-        sy += bb[iy[p]]
+        sy += bb[iy[p]] + offset
     while True:
         t = (sx - sy) / (nx + ny)
         dx = 0.0
@@ -83,7 +83,7 @@ def _equal_sum_variable_fixing(b, bb, ix, nx, iy, ny):
                 dx += v
         dy = 0.0
         for p in range(ny):
-            v = bb[iy[p]] + t
+            v = bb[iy[p]] + offset + t
             if v <= 0.0:
                 dy += v
         if dx == dy:
@@ -92,11 +92,11 @@ def _equal_sum_variable_fixing(b, bb, ix, nx, iy, ny):
             size = 0
             for p in range(ny):
                 j = iy[p]
-                if bb[j] + t > 0.0:
+                if bb[j] + offset + t > 0.0:
                     iy[size] = j
                     size += 1
                 else:
-                    sy -= bb[j]
+                    sy -= bb[j] + offset
             ny = size
         else:  # g(t) > 0: t* > t, x's with b - t <= 0 are zero at t*
             size = 0
@@ -144,13 +144,9 @@ def bipartite_thresholds(b, bb, r, ix, iy, offset=0.0):
     mx, my = _zero_solution(b, bb)
     if mx + my + offset <= 0.0:
         return mx, -mx - offset  # both blocks 0, and t + s = 0 (nu = 0) as KKT asks
-    if offset == 0.0:
-        t = _equal_sum_variable_fixing(b, bb, ix, nx, iy, ny)
-        return t, -t
-    # equal sums with bbar + offset: shift the y block by the offset first (moderate here: the
-    # radius is inactive, so the offset is below the spread that step 1 resolved)
-    shifted = bb + offset
-    t = _equal_sum_variable_fixing(b, shifted, ix, nx, iy, ny)
+    # equal sums (the offset is moderate here: the radius is inactive, so it is below the
+    # spread that step 1 resolved)
+    t = _equal_sum_variable_fixing(b, bb, ix, nx, iy, ny, offset)
     return t, -t - offset
 
 
