@@ -216,7 +216,8 @@ def test_multilabel_record(grid):
     Y = sp.csr_matrix((rng.random(size=(25, 6)) < 0.3).astype(np.int8))
     deltas = delta_grid(grid)
     rec = multilabel_record("val", S, Y, deltas)
-    ranking = ranking_metrics(S, Y)
+    ks = tuple(range(1, 11))  # sweeps record P@K and R@K for K = 1..10 (k > m dropped)
+    ranking = ranking_metrics(S, Y, p_at=ks, r_at=ks)
     for key, value in ranking.items():
         assert isinstance(rec[f"val_{key}"], float)
         assert rec[f"val_{key}"] == value

@@ -191,7 +191,7 @@ class ExperimentConfig:
         for name in metrics:
             if not is_metric(name):
                 raise ConfigError(
-                    f"unknown metric {name!r}; use rloss, map, p@K, r@K or one of "
+                    f"unknown metric {name!r}; use rloss, map, p@K, r@K (K = 1..10) or one of "
                     f"{', '.join(PARTITION_METRICS)}"
                 )
         if len({r.row for r in rows}) != len(rows):
@@ -199,13 +199,49 @@ class ExperimentConfig:
         blocks = tuple((str(k), str(v)) for k, v in (exp.get("blocks") or {}).items())
         from topkbench.losses.registry import get_method
 
+        name = exp["name"]
         for r in rows:
-            get_method(r.method)  # unknown methods fail before any work starts
+            spec = get_method(r.method)  # unknown methods fail before any work starts
             if r.block and r.block not in dict(blocks):
                 raise ConfigError(
-                    f"experiment {exp['name']}: row {r.row!r} names block {r.block!r}, "
+                    f"experiment {name}: row {r.row!r} names block {r.block!r}, "
                     f"which is not declared under 'blocks:' ({', '.join(dict(blocks)) or 'none'})"
                 )
+            if r.k_values and "k" not in spec.params:
+                raise ConfigError(f"row {r.row!r}: {spec.name} takes no k, so no k list")
+            if any(k < 1 for k in (r.k, *r.k_values)):
+                raise ConfigError(f"row {r.row!r}: k must be >= 1")
+            if r.kernel == "rbf" and spec.solver != "sdca":
+                raise ConfigError(f"row {r.row!r}: {spec.name} has no kernel mode")
+            if not metrics and (r.kernel == "rbf" or r.k_values):
+                raise ConfigError(
+                    f"row {r.row!r}: RBF rows and k lists belong to the multilabel protocol "
+                    "(an experiment with 'metrics:'); the top-k protocol selects C per k column"
+                )
+        layout = str(exp.get("layout", "rows"))
+        if layout not in ("rows", "datasets", "multilabel", "class_ap"):
+            raise ConfigError(
+                f"layout must be rows, datasets, multilabel or class_ap; got {layout!r}"
+            )
+        if metrics:
+            if int(exp.get("extend", 0)) > 0:
+                raise ConfigError(
+                    f"experiment {name}: the multilabel protocol uses fixed grids (extend: 0)"
+                )
+            if layout not in ("multilabel", "class_ap"):
+                raise ConfigError(
+                    f"experiment {name}: with metrics, layout is multilabel or class_ap"
+                )
+            if layout == "class_ap" and "map" not in metrics:
+                raise ConfigError(f"experiment {name}: layout class_ap selects by map: add it")
+        else:
+            if not exp.get("ks"):
+                raise ConfigError(
+                    f"experiment {name}: give the top-k columns 'ks' (or 'metrics' for the "
+                    "multilabel protocol)"
+                )
+            if layout in ("multilabel", "class_ap"):
+                raise ConfigError(f"experiment {name}: layout {layout} needs 'metrics'")
         if exp.get("datasets"):
             datasets = tuple(DatasetConfig.from_dict(d) for d in exp["datasets"])
         else:
@@ -240,7 +276,7 @@ class ExperimentConfig:
             results_dir=str(root.get("results_dir", "results")),
             n_jobs=int(root.get("n_jobs", 1)),
             scheduler=root.get("scheduler") or None,
-            layout=str(exp.get("layout", "rows")),
+            layout=layout,
             warm_start=bool(exp.get("warm_start", True)),
             ent_tr_init=_choice(exp, "ent_tr_init", "same_C", ("same_C", "selected")),
             blocks=blocks,

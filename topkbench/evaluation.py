@@ -12,6 +12,8 @@ sweep engine).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -34,16 +36,67 @@ def training_targets(ds, split: str, method: str):
     return ds.primary[split]
 
 
+def trainable_rows(Y, method: str) -> np.ndarray | None:
+    """Rows of multilabel targets ``Y`` (CSR indicator) that ``method`` trains on, or None
+    for all: a multilabel loss needs ``0 < |Y_i| < m`` (a ranking constraint); a multiclass
+    method trains on the primary label, which is meaningless for an empty label set."""
+    if not sp.issparse(Y):
+        return None
+    sizes = np.diff(Y.indptr)
+    if get_method(method).task == "multilabel":
+        keep = (sizes > 0) & (sizes < Y.shape[1])
+    else:
+        keep = sizes > 0
+    return None if keep.all() else np.flatnonzero(keep)
+
+
+@dataclass(frozen=True)
+class ImageGroups:
+    """Rows grouped by image id, computed once per split: ``order`` lists the rows image by
+    image (images in ascending id order), ``starts`` the offset of each image in ``order``,
+    ``first`` one row of each image."""
+
+    order: np.ndarray
+    starts: np.ndarray
+    first: np.ndarray
+
+    @classmethod
+    def of(cls, image_ids: np.ndarray) -> ImageGroups:
+        _, inverse = np.unique(image_ids, return_inverse=True)
+        inverse = inverse.ravel()
+        order = np.argsort(inverse, kind="stable")
+        srt = inverse[order]
+        starts = np.flatnonzero(np.r_[True, srt[1:] != srt[:-1]])
+        return cls(order, starts, order[starts])
+
+    def pool(self, scores: np.ndarray) -> np.ndarray:
+        """Per image, the max over its rows (TPAMI §6.3)."""
+        return np.maximum.reduceat(np.asarray(scores)[self.order], self.starts, axis=0)
+
+    def labels(self, Y, image_ids, source: str = ""):
+        """Each image's label set, after checking that all its rows carry the same one."""
+        counts = np.diff(np.r_[self.starts, len(self.order)])
+        ref = Y[np.repeat(self.first, counts)]
+        rows = Y[self.order]
+        if sp.issparse(Y):
+            differs = np.diff((rows - ref).tocsr().indptr) > 0
+        else:
+            differs = (np.asarray(rows) != np.asarray(ref)).reshape(len(rows), -1).any(axis=1)
+        if differs.any():
+            row = int(self.order[np.flatnonzero(differs)[0]])
+            raise DataFormatError(
+                str(source),
+                f"rows of image {image_ids[row]!r} carry different label sets (row {row})",
+            )
+        return Y[self.first]
+
+
 def max_pool(scores: np.ndarray, image_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(first row of each image, image scores)``: per image, the max over its rows, images in
     order of first appearance."""
-    _, first, inverse = np.unique(image_ids, return_index=True, return_inverse=True)
-    order = np.argsort(first, kind="stable")
-    rank = np.empty_like(order)
-    rank[order] = np.arange(order.size)
-    pooled = np.full((order.size, scores.shape[1]), -np.inf)
-    np.maximum.at(pooled, rank[inverse.ravel()], scores)
-    return first[order], pooled
+    g = ImageGroups.of(image_ids)
+    by_appearance = np.argsort(g.first, kind="stable")
+    return g.first[by_appearance], g.pool(scores)[by_appearance]
 
 
 def image_level(ds, split: str, scores: np.ndarray):
@@ -55,23 +108,14 @@ def image_level(ds, split: str, scores: np.ndarray):
 
 def pool_images(scores: np.ndarray, Y, ids: np.ndarray | None, source: str = ""):
     """Images as the evaluation unit: max-pooled scores and each image's label set (checked
-    to be the same on all its rows); rows themselves when there are no image ids."""
+    to be the same on all its rows), images in order of first appearance; rows themselves
+    when there are no image ids."""
     if ids is None:
         return scores, Y
-    first, pooled = max_pool(scores, ids)
-    # the labels are replicated from the image to its regions: verify, do not assume
-    _, first_sorted, inverse = np.unique(ids, return_index=True, return_inverse=True)
-    ref = Y[first_sorted[inverse.ravel()]]
-    if sp.issparse(Y):
-        differs = np.diff((Y - ref).tocsr().indptr) > 0
-    else:
-        differs = (np.asarray(Y) != np.asarray(ref)).reshape(len(ids), -1).any(axis=1)
-    if differs.any():
-        row = int(np.flatnonzero(differs)[0])
-        raise DataFormatError(
-            str(source), f"rows of image {ids[row]!r} carry different label sets (row {row})"
-        )
-    return pooled, Y[first]
+    g = ImageGroups.of(ids)
+    Yi = g.labels(Y, ids, source)
+    by_appearance = np.argsort(g.first, kind="stable")
+    return g.pool(scores)[by_appearance], Yi[by_appearance]
 
 
 def multilabel_record(prefix: str, scores: np.ndarray, Y, deltas, cardinality=None) -> dict:
@@ -81,6 +125,7 @@ def multilabel_record(prefix: str, scores: np.ndarray, Y, deltas, cardinality=No
     ``cardinality``, also the partition metrics at the cardinality-matched threshold
     (``<prefix>_<metric>_card``, ``<prefix>_delta_card``)."""
     from topkbench.metrics.multilabel import (
+        MAX_AT,
         cardinality_threshold,
         class_aps,
         partition_metrics,
@@ -88,14 +133,19 @@ def multilabel_record(prefix: str, scores: np.ndarray, Y, deltas, cardinality=No
         ranking_metrics,
     )
 
-    out = {f"{prefix}_{k}": v for k, v in ranking_metrics(scores, Y).items()}
-    out[f"{prefix}_ap_classes"] = [float(x) for x in class_aps(scores, Y)]
-    for k, v in partition_metrics_grid(scores, Y, deltas).items():
+    scores = np.asarray(scores, dtype=np.float64)
+    T = (Y.toarray() if sp.issparse(Y) else np.asarray(Y)) != 0
+    ks = tuple(range(1, MAX_AT + 1))
+    aps = class_aps(scores, T)
+    ranking = ranking_metrics(scores, T, p_at=ks, r_at=ks, aps=aps)
+    out = {f"{prefix}_{k}": v for k, v in ranking.items()}
+    out[f"{prefix}_ap_classes"] = [float(x) for x in aps]
+    for k, v in partition_metrics_grid(scores, T, deltas).items():
         out[f"{prefix}_{k}_grid"] = [float(x) for x in v]
     if cardinality is not None:
         dc = cardinality_threshold(scores, cardinality)
         out[f"{prefix}_delta_card"] = dc
-        for k, v in partition_metrics(scores, Y, dc).items():
+        for k, v in partition_metrics(scores, T, dc).items():
             out[f"{prefix}_{k}_card"] = v
     return out
 

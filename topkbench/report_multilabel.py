@@ -14,8 +14,16 @@ import numpy as np
 import pandas as pd
 
 from topkbench.config import ExperimentConfig
+from topkbench.errors import ConfigError
 from topkbench.metrics.multilabel import LOWER_IS_BETTER, delta_grid
-from topkbench.multilabel_selection import metric_column, select, uses_grid
+from topkbench.multilabel_selection import (
+    FoldMeans,
+    as_theta,
+    matching,
+    metric_column,
+    select,
+    uses_grid,
+)
 
 METRIC_TITLES = {
     "rloss": "RLoss",
@@ -52,15 +60,6 @@ def _fmt(metric: str, value: float, signed: bool = False) -> str:
     return format(value, spec)
 
 
-def _theta_match(frame: pd.DataFrame, theta: float | None) -> pd.Series:
-    if "theta" not in frame:
-        return pd.Series(theta is None, index=frame.index)
-    col = frame["theta"]
-    if theta is None:
-        return col.isna()
-    return np.isclose(col.astype(float), theta, rtol=1e-12)
-
-
 def select_multilabel(records: pd.DataFrame, exp: ExperimentConfig) -> pd.DataFrame:
     """One line per (dataset, row, draw, metric): the selected point and its test value."""
     from topkbench.sweep import REFIT, VAL, selection_folds
@@ -73,13 +72,12 @@ def select_multilabel(records: pd.DataFrame, exp: ExperimentConfig) -> pd.DataFr
         test_fold = VAL if folds == (VAL,) else REFIT
         for (row, draw), grp in recs_ds.groupby(["row", "draw"], sort=False):
             tests = grp[grp["fold"] == test_fold]
+            fm = FoldMeans(grp, folds)
             for metric in exp.metrics:
-                ch = select(grp, folds, metric, deltas, exp.threshold_rule)
+                ch = select(fm, folds, metric, deltas, exp.threshold_rule)
                 if ch is None:
                     continue
-                hit = tests[
-                    np.isclose(tests["C"], ch.C, rtol=1e-12) & _theta_match(tests, ch.theta)
-                ]
+                hit = matching(tests, ch.C, ch.theta, ch.k)
                 test = np.nan
                 col = metric_column("test", metric, exp.threshold_rule)
                 if len(hit) and col in hit:
@@ -278,10 +276,16 @@ def build_multilabel_report(exp, records: pd.DataFrame, published: pd.DataFrame)
 def class_ap_table(exp, records, selected, published, classes) -> pd.DataFrame:
     """Long table (dataset, row, class): test AP (%) of each class at the mAP-selected point,
     and the mAP; paper values from ``published`` (``row, class, value``)."""
+    from topkbench.sweep import REFIT, VAL, selection_folds
+
     out = []
-    for ds in exp.datasets:
-        sel_ds = selected[(selected["dataset"] == ds.name) & (selected["metric"] == "map")]
-        recs = records[(records["dataset"] == ds.name) & records["fold"].isin(["refit", "val"])]
+    for di, ds in enumerate(exp.datasets):
+        if len(selected):
+            sel_ds = selected[(selected["dataset"] == ds.name) & (selected["metric"] == "map")]
+        else:
+            sel_ds = pd.DataFrame(columns=["row", "draw", "C", "theta", "k"])
+        test_fold = VAL if selection_folds(exp, di) == (VAL,) else REFIT
+        recs = records[(records["dataset"] == ds.name) & (records["fold"] == test_fold)]
         rows = [r.row for r in exp.rows if not r.block]
         if len(published):
             rows += [r for r in published["row"].unique() if r not in rows]
@@ -289,11 +293,18 @@ def class_ap_table(exp, records, selected, published, classes) -> pd.DataFrame:
             aps = None
             sel = sel_ds[sel_ds["row"] == row]
             if len(sel):
-                ch = sel.iloc[0]
-                rr = recs[(recs["row"] == row) & np.isclose(recs["C"], ch["C"], rtol=1e-12)]
-                rr = rr[(rr["k"] == ch["k"]) & _theta_match(rr, _none(ch["theta"]))]
-                if len(rr) and "test_ap_classes" in rr:
-                    aps = 100.0 * np.asarray(rr["test_ap_classes"].iloc[0], dtype=float)
+                per_draw = []
+                for _, ch in sel.iterrows():
+                    rr = recs[(recs["row"] == row) & (recs["draw"] == ch["draw"])]
+                    rr = matching(rr, ch["C"], as_theta(ch["theta"]), int(ch["k"]))
+                    if len(rr) and "test_ap_classes" in rr:
+                        per_draw.append(np.asarray(rr["test_ap_classes"].iloc[0], dtype=float))
+                if per_draw:
+                    aps = 100.0 * np.mean(per_draw, axis=0)  # mean over draws
+                    if len(aps) != len(classes):
+                        raise ConfigError(
+                            f"class_columns names {len(classes)} classes; {ds.name} has {len(aps)}"
+                        )
             for j, name in enumerate([*classes, "mAP"]):
                 ours = np.nan
                 if aps is not None:
@@ -316,10 +327,6 @@ def class_ap_table(exp, records, selected, published, classes) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def _none(v):
-    return None if v is None or (isinstance(v, float) and np.isnan(v)) else float(v)
-
-
 def build_class_ap_report(exp, records: pd.DataFrame, published: pd.DataFrame):
     from topkbench.data.dataset import load_dataset_cached
     from topkbench.report import TableReport, _tex
@@ -327,6 +334,8 @@ def build_class_ap_report(exp, records: pd.DataFrame, published: pd.DataFrame):
     selected = select_multilabel(records, exp)
     first = exp.datasets[0]
     classes = list(exp.class_columns) or load_dataset_cached(first, exp.seed).label_names
+    if not len(selected):
+        raise ConfigError(f"no mAP selection for {exp.name}: the records lack val_map")
     table = class_ap_table(exp, records, selected, published, classes)
     lines = [f"# {exp.title}", ""]
     tex = [f"% {exp.title} -- generated by topkbench report", ""]

@@ -109,6 +109,8 @@ def record_spec(
     if theta is not None:
         spec["kernel"] = "rbf"
         spec["theta"] = float(theta)
+    if exp.multilabel:  # records hold the partition metrics on this threshold grid
+        spec["delta_grid"] = exp.delta_grid
     return spec
 
 
@@ -127,15 +129,37 @@ def cached_dataset(ds: DatasetConfig, seed: int):
     return _DATA_CACHE[key]
 
 
-def _path_data(dataset, fold: str, n_folds: int, seed: int, method: str):
-    """(X_train, targets_train, {split: (X, targets, image ids)} to evaluate) for a fold name.
+@dataclass
+class PathData:
+    """What a path trains on and evaluates, prepared once per path (not per C).
 
-    Multilabel data: ``targets`` are what ``method`` trains on (label sets, or the primary
-    label for a multiclass method, :func:`topkbench.evaluation.training_targets`), while the
-    evaluated splits always carry the label sets.  Folds of multilabel data are seeded random
-    partitions, grouped by image id when the data has several regions per image.
+    ``evals`` maps a split to ``(X, targets, image groups)``; with image groups the targets are
+    already the images' label sets (regions checked to agree) and scores are pooled per image.
+    For RBF paths ``K_train`` / ``K_evals`` hold the Gram matrices of this theta.
     """
-    from topkbench.evaluation import training_targets
+
+    X: Any
+    y: Any
+    evals: dict[str, tuple[Any, Any, Any]]
+    K_train: np.ndarray | None = None
+    K_evals: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def scores(self, model, split: str) -> np.ndarray:
+        if self.K_train is not None:
+            return model.decision_function(K=self.K_evals[split])
+        return model.decision_function(self.evals[split][0])
+
+
+def _path_data(dataset, fold: str, n_folds: int, seed: int, method: str) -> PathData:
+    """The data of a path for a fold name (module docstring).
+
+    Multilabel data: the training targets are what ``method`` trains on (label sets, or the
+    primary label for a multiclass method, :func:`topkbench.evaluation.training_targets`) on
+    the rows it can use (:func:`topkbench.evaluation.trainable_rows`); the evaluated splits
+    always carry the label sets.  Folds of multilabel data are seeded random partitions,
+    grouped by image id when the data has several regions per image.
+    """
+    from topkbench.evaluation import ImageGroups, trainable_rows, training_targets
 
     Xtr, ytr = dataset.splits["train"]
     ttr = training_targets(dataset, "train", method)
@@ -154,18 +178,40 @@ def _path_data(dataset, fold: str, n_folds: int, seed: int, method: str):
 
             folds = stratified_folds(ytr, n_folds, seed)
         tr, te = np.flatnonzero(folds != i), np.flatnonzero(folds == i)
-        return Xtr[tr], ttr[tr], {"val": (Xtr[te], ytr[te], None if ids is None else ids[te])}
-    evals = {
-        s: (X, Y, dataset.image_ids.get(s)) for s, (X, Y) in dataset.splits.items() if s != "train"
-    }
-    if fold == REFIT:
-        evals = {"test": evals["test"]} if "test" in evals else evals
-    return Xtr, ttr, evals
+        evals = {"val": (Xtr[te], ytr[te], None if ids is None else ids[te])}
+    else:
+        tr = None
+        evals = {
+            s: (X, Y, dataset.image_ids.get(s))
+            for s, (X, Y) in dataset.splits.items()
+            if s != "train"
+        }
+        if fold == REFIT:
+            evals = {"test": evals["test"]} if "test" in evals else evals
+    if dataset.multilabel:
+        labels = ytr if tr is None else ytr[tr]
+        keep = trainable_rows(labels, method)
+        if keep is not None:
+            tr = keep if tr is None else tr[keep]
+    X, y = (Xtr, ttr) if tr is None else (Xtr[tr], ttr[tr])
+    prepared = {}
+    for split, (Xs, Ys, sids) in evals.items():
+        if sids is None:
+            prepared[split] = (Xs, Ys, None)
+        else:
+            g = ImageGroups.of(sids)
+            prepared[split] = (Xs, g.labels(Ys, sids, f"{dataset.name}:{split}"), g)
+    return PathData(X, y, prepared)
+
+
+def _gram_gb(data: PathData) -> float:
+    n = data.X.shape[0]
+    return 8.0 * n * (n + sum(X.shape[0] for X, _, _ in data.evals.values())) / 2**30
 
 
 def run_path(exp: ExperimentConfig, job: PathJob) -> PathSummary:
     """Run (or resume) one path; returns counts."""
-    from topkbench.evaluation import multilabel_record, pool_images
+    from topkbench.evaluation import multilabel_record
     from topkbench.metrics.multilabel import delta_grid
     from topkbench.metrics.topk import topk_accuracy
     from topkbench.model import fit
@@ -204,24 +250,40 @@ def run_path(exp: ExperimentConfig, job: PathJob) -> PathSummary:
                     dataset.n_classes,
                 )
                 break
+            if dataset.multilabel != exp.multilabel:
+                summary.failed = len(job.C_values) - summary.cached
+                msg = (
+                    f"{ds.name} is {'multi' if dataset.multilabel else 'single'}-label data but "
+                    f"experiment {exp.name} is a "
+                    f"{'multilabel' if exp.multilabel else 'top-k'} protocol"
+                )
+                errors.append(msg)
+                log.error("%s", msg)
+                break
             data = _path_data(dataset, fold, exp.folds, data_seed, row.method)
             train_cardinality = _train_cardinality(dataset) if dataset.multilabel else None
             if theta is not None:
-                gb = 8.0 * data[0].shape[0] ** 2 / 2**30
+                gb = _gram_gb(data)
                 if gb > exp.max_gram_gb:
                     summary.failed = len(job.C_values) - summary.cached
                     msg = (
-                        f"RBF Gram matrix of {data[0].shape[0]} examples needs {gb:.1f} GB > "
-                        f"max_gram_gb = {exp.max_gram_gb:g} (experiment option)"
+                        f"RBF Gram matrices of {data.X.shape[0]} training examples need "
+                        f"{gb:.1f} GB > max_gram_gb = {exp.max_gram_gb:g} (experiment option)"
                     )
                     errors.append(msg)
                     log.error("%s %s %s: %s", ds.name, row.row, fold, msg)
                     break
+                from topkbench.gram import rbf_kernel
+
+                data.K_train = rbf_kernel(data.X, theta=theta)
+                data.K_evals = {
+                    s: rbf_kernel(Xs, data.X, theta=theta) for s, (Xs, _, _) in data.evals.items()
+                }
             # the path's checkpoint (its largest finished C), read once per job
             ck = store.load_warm(path_key) if exp.warm_start and init_C is None else None
             if init_C is not None:  # TPAMI §6.2: Ent_tr starts from the selected LR^Multi
                 init_model = _init_model(exp, data, init_C, data_seed, dataset.n_classes)
-        Xtr, ytr, evals = data
+        Xtr, ytr = data.X, data.y
         # warm start from the largest finished C <= C of this path: the previous point of
         # this job, or the checkpoint
         warm = prev_model if exp.warm_start and init_C is None else None
@@ -232,9 +294,10 @@ def run_path(exp: ExperimentConfig, job: PathJob) -> PathSummary:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 model = fit(
-                    Xtr,
+                    None if data.K_train is not None else Xtr,
                     ytr,
                     row.method,
+                    K=data.K_train,
                     C=C,
                     k=row.k,
                     gamma=row.gamma,
@@ -247,8 +310,6 @@ def run_path(exp: ExperimentConfig, job: PathJob) -> PathSummary:
                     warm_start=warm,
                     init=init_model,
                     warn=False,
-                    kernel="rbf" if theta is not None else None,
-                    theta=theta,
                 )
         except TopkbenchError as exc:
             summary.failed += 1
@@ -271,11 +332,11 @@ def run_path(exp: ExperimentConfig, job: PathJob) -> PathSummary:
             "n_features": int(Xtr.shape[1]),
             "n_classes": dataset.n_classes,
         }
-        for split, (Xs, ys, ids) in evals.items():
-            scores = model.decision_function(Xs)
+        for split, (_, ys, groups) in data.evals.items():
+            scores = data.scores(model, split)
             if dataset.multilabel:
-                S, Y = pool_images(scores, ys, ids, ds.name)
-                record.update(multilabel_record(split, S, Y, deltas, train_cardinality))
+                S = scores if groups is None else groups.pool(scores)
+                record.update(multilabel_record(split, S, ys, deltas, train_cardinality))
             else:
                 ks = [k for k in range(1, dataset.n_classes) if k <= max(exp.ks)]
                 for k, v in topk_accuracy(scores, ys, ks).items():
@@ -308,7 +369,7 @@ def _init_model(exp: ExperimentConfig, data, C: float, seed: int, m: int):
     """LR^Multi trained at ``C`` on a path's training data: the start of its Ent_tr fits."""
     from topkbench.model import fit
 
-    Xtr, ytr, _ = data
+    Xtr, ytr = data.X, data.y
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return fit(Xtr, ytr, "lr_multi", C=C, eps=exp.eps, max_epochs=exp.max_epochs,

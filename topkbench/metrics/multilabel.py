@@ -48,12 +48,15 @@ PARTITION_METRICS = ("hloss", "acc", "sacc", "f1_micro", "f1_macro", "f1_inst")
 LOWER_IS_BETTER = frozenset({"rloss", "hloss"})
 
 
+MAX_AT = 10  # sweeps record P@K and R@K for K = 1..MAX_AT
+
+
 def is_metric(name: str) -> bool:
-    """Whether ``name`` is a metric this module computes (``p@K`` / ``r@K`` for any K >= 1)."""
+    """Whether ``name`` is a metric the sweep records (``p@K`` / ``r@K`` for 1 <= K <= 10)."""
     if name in RANKING_METRICS or name in PARTITION_METRICS:
         return True
     head, _, k = name.partition("@")
-    return head in ("p", "r") and k.isdigit() and int(k) >= 1
+    return head in ("p", "r") and k.isdigit() and 1 <= int(k) <= MAX_AT
 
 
 def delta_grid(kind: str = "mulan") -> NDArray[np.float64]:
@@ -143,8 +146,10 @@ def ranking_metrics(
     p_at: tuple[int, ...] = (1, 2, 3, 5),
     r_at: tuple[int, ...] = (1, 3, 5, 10),
     ap: str = "step",
+    aps: NDArray[np.float64] | None = None,
 ) -> dict[str, float]:
-    """Rank loss, P@k, R@k and mAP (module docstring); values of k above m are skipped."""
+    """Rank loss, P@k, R@k and mAP (module docstring); values of k above m are skipped.
+    ``aps``: the classes' APs when the caller already has them (:func:`class_aps`)."""
     S = _scores(S)
     n, m = S.shape
     T = _dense_truth(Y, S.shape)
@@ -162,7 +167,7 @@ def ranking_metrics(
         out[f"p@{k}"] = float(np.mean(hits[:, k - 1] / k))
     for k in (int(k) for k in r_at if int(k) <= m):
         out[f"r@{k}"] = float(np.mean(_ratio(hits[:, k - 1], n_rel)))
-    aps = class_aps(S, T, ap)
+    aps = class_aps(S, T, ap) if aps is None else np.asarray(aps, dtype=float)
     out["map"] = float(np.nanmean(aps)) if np.any(np.isfinite(aps)) else float("nan")
     return out
 
@@ -209,22 +214,61 @@ def _partition_from_truth(S, T, delta) -> dict[str, float]:
     }
 
 
+def _suffix_counts(keys, mask, n_groups, G):
+    """``out[g, q] = #{entries of group g in mask with bucket > q}``, q = 0..G-1, from the
+    bucket index ``keys = g * (G + 1) + bucket`` of every entry."""
+    c = np.bincount(keys[mask], minlength=n_groups * (G + 1)).reshape(n_groups, G + 1)
+    return np.cumsum(c[:, ::-1], axis=1)[:, ::-1][:, 1:]
+
+
 def partition_metrics_grid(S, Y, deltas) -> dict[str, NDArray[np.float64]]:
-    """Every partition metric at every ``delta`` of the grid: ``{metric: array(len(deltas))}``."""
+    """Every partition metric at every ``delta`` of the grid: ``{metric: array(len(deltas))}``.
+
+    One pass instead of one per threshold: with the grid sorted, entry (i, j) is predicted at
+    ``delta_q`` iff ``q < b_ij = #{q : delta_q <= S_ij}``; per-example and per-class TP and FP
+    at every q are suffix sums of bucket counts, O(n m log G + (n + m) G) in all.
+    """
     S = _scores(S)
     T = _dense_truth(Y, S.shape)
-    deltas = np.asarray(deltas, dtype=np.float64)
-    out = {name: np.empty(deltas.size) for name in PARTITION_METRICS}
-    for q, d in enumerate(deltas):
-        for name, value in _partition_from_truth(S, T, d).items():
-            out[name][q] = value
+    deltas = np.asarray(deltas, dtype=np.float64).ravel()
+    order = np.argsort(deltas, kind="stable")
+    ds = deltas[order]
+    n, m = S.shape
+    G = ds.size
+    b = np.searchsorted(ds, S, side="right")  # predicted at q iff q < b
+    rows = (np.arange(n)[:, None] * (G + 1) + b).ravel()
+    cols = (np.arange(m)[None, :] * (G + 1) + b).ravel()
+    t = T.ravel()
+    tp_i, fp_i = _suffix_counts(rows, t, n, G), _suffix_counts(rows, ~t, n, G)
+    tp_j, fp_j = _suffix_counts(cols, t, m, G), _suffix_counts(cols, ~t, m, G)
+    fn_i = T.sum(axis=1)[:, None] - tp_i
+    fn_j = T.sum(axis=0)[:, None] - tp_j
+    err_i = fp_i + fn_i
+    tp, fp, fn = tp_i.sum(0), fp_i.sum(0), fn_i.sum(0)
+    sorted_out = {
+        "hloss": err_i.sum(axis=0) / (n * m),
+        "acc": _ratio(tp_i, tp_i + err_i).mean(axis=0),
+        "sacc": (err_i == 0).mean(axis=0),
+        "f1_micro": _ratio(2 * tp, 2 * tp + fp + fn),
+        "f1_macro": _ratio(2 * tp_j, 2 * tp_j + fp_j + fn_j).mean(axis=0),
+        "f1_inst": _ratio(2 * tp_i, 2 * tp_i + err_i).mean(axis=0),
+    }
+    out = {}
+    for name in PARTITION_METRICS:
+        v = np.empty(G)
+        v[order] = sorted_out[name]
+        out[name] = v
     return out
 
 
+TIE_TOL = 1e-9  # values this close are ties (the sweep's selection rule)
+
+
 def best_index(values, metric: str) -> int:
-    """Index of the best value (first one on ties) for ``metric``'s direction."""
+    """Index of the first value within ``TIE_TOL`` of the best, for ``metric``'s direction."""
     values = np.asarray(values, dtype=np.float64)
-    return int(np.argmin(values) if metric in LOWER_IS_BETTER else np.argmax(values))
+    score = -values if metric in LOWER_IS_BETTER else values
+    return int(np.flatnonzero(score >= np.nanmax(score) - TIE_TOL)[0])
 
 
 def select_thresholds(S, Y, deltas) -> dict[str, tuple[float, float]]:
