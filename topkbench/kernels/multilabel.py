@@ -91,6 +91,33 @@ def _softmax_into(q, out):
 
 
 @njit(cache=True)
+def _shifted_blocks(u, mask, k, den, work):
+    """The blocks ``b = (1/2 - u_Y)/den`` and ``bbar = (1/2 + u_Ybar)/den`` of the SVM^ML
+    projection, each shifted to a maximum of 0, into ``work[:k]`` and ``work[k:]``; returns the
+    sum of the shifts (the ``offset`` of :func:`bipartite_thresholds`).  Shifting before the
+    division keeps full accuracy when ``1/den`` is huge (tiny ``C ||x||^2``, tiny gamma):
+    ``b_j - max b = (min_Y u - u_j)/den``."""
+    m = u.shape[0]
+    umin = math.inf
+    umax = -math.inf
+    for j in range(m):
+        if mask[j]:
+            umin = min(umin, u[j])
+        else:
+            umax = max(umax, u[j])
+    py = 0
+    pn = k
+    for j in range(m):
+        if mask[j]:
+            work[py] = (umin - u[j]) / den
+            py += 1
+        else:
+            work[pn] = (u[j] - umax) / den
+            pn += 1
+    return (1.0 + umax - umin) / den
+
+
+@njit(cache=True)
 def update_block_ml(loss, labels, s, a, kii, C, gamma, out, work, vals, idx, troots, i, mask):
     """New dual block of one multilabel example into ``out`` (module docstring).
 
@@ -113,28 +140,10 @@ def update_block_ml(loss, labels, s, a, kii, C, gamma, out, work, vals, idx, tro
                 out[j] = C / k if mask[j] else -C / (m - k)
             _set_mask(mask, labels, False)
             return status
-        # b = (1/2 - q_Y)/den in work[:k], bbar = (1/2 + q_Ybar)/den in work[k:], each block
-        # shifted to a maximum of 0 before dividing (1/den is huge for tiny C ||x||^2; see
-        # bipartite_thresholds' offset): b_j - max b = (min_Y q - q_j)/den
-        qmin = math.inf
-        qmax = -math.inf
+        # b = (1/2 - q_Y)/den, bbar = (1/2 + q_Ybar)/den with q = s - K a (into vals first)
         for j in range(m):
-            qj = s[j] - kii * a[j]
-            if mask[j]:
-                qmin = min(qmin, qj)
-            else:
-                qmax = max(qmax, qj)
-        py = 0
-        pn = k
-        for j in range(m):
-            qj = s[j] - kii * a[j]
-            if mask[j]:
-                work[py] = (qmin - qj) / den
-                py += 1
-            else:
-                work[pn] = (qj - qmax) / den
-                pn += 1
-        offset = (1.0 + qmax - qmin) / den
+            vals[j] = s[j] - kii * a[j]
+        offset = _shifted_blocks(vals, mask, k, den, work)
         t, sb = bipartite_thresholds(work[:k], work[k:], C, idx[:k], idx[k:], offset)
         sum_p = 0.0
         sum_pb = 0.0
@@ -222,25 +231,8 @@ def loss_value_ml(loss, labels, s, gamma, work, idx, mask):
             value = 1.0 + max_neg - min_pos
             value = value if value > 0.0 else 0.0
         else:
-            # b = 1/2 - u_Y, bbar = 1/2 + u_Ybar, each shifted to a maximum of 0 (offset form
-            # of bipartite_thresholds: exact for gamma tiny next to the scores)
-            umin = math.inf
-            umax = -math.inf
-            for j in range(m):
-                if mask[j]:
-                    umin = min(umin, s[j])
-                else:
-                    umax = max(umax, s[j])
-            py = 0
-            pn = k
-            for j in range(m):
-                if mask[j]:
-                    work[py] = umin - s[j]
-                    py += 1
-                else:
-                    work[pn] = s[j] - umax
-                    pn += 1
-            offset = 1.0 + umax - umin
+            # b = 1/2 - u_Y, bbar = 1/2 + u_Ybar
+            offset = _shifted_blocks(s, mask, k, 1.0, work)
             t, sb = bipartite_thresholds(work[:k], work[k:], gamma, idx[:k], idx[k:], offset)
             sq = 0.0
             for p in range(k):
