@@ -116,6 +116,7 @@ def fit(
     warm_start: Model | tuple[float, NDArray[np.float64]] | None = None,
     init: Model | None = None,
     warn: bool = True,
+    check_kernel: bool = True,
 ) -> Model:
     """Train ``method`` on features ``X`` (dense or CSR, n x d) and targets ``Y``.
 
@@ -145,6 +146,8 @@ def fit(
     warm_start : a model of the same method on the same data (e.g. the previous C on a path),
         or a pair ``(C_old, A_old)``; the dual is rescaled by ``C_new / C_old`` (which keeps
         it feasible) and W recomputed.
+    check_kernel : verify that ``K`` is finite and symmetric (O(n^2) per call); callers that
+        built ``K`` themselves with :func:`topkbench.gram.rbf_kernel` may skip it.
     init : for ``topk_ent_tr`` only, the model whose ``W`` L-BFGS starts from (TPAMI §6.2:
         the selected LR^Multi solution); without it, LR^Multi is first solved at the same C.
     """
@@ -154,7 +157,7 @@ def fit(
         if X is not None or kernel not in (None, "precomputed"):
             raise ConfigError("pass either X (with an optional kernel=) or K=, not both")
         kernel = "precomputed"
-        gram = check_gram(K)
+        gram = check_gram(K) if check_kernel else np.ascontiguousarray(K, dtype=np.float64)
         n_rows = gram.shape[0]
     else:
         if X is None:

@@ -298,6 +298,7 @@ def run_path(exp: ExperimentConfig, job: PathJob) -> PathSummary:
                     ytr,
                     row.method,
                     K=data.K_train,
+                    check_kernel=False,  # built by rbf_kernel for this path
                     C=C,
                     k=row.k,
                     gamma=row.gamma,
