@@ -117,6 +117,8 @@ def fit(
     init: Model | None = None,
     warn: bool = True,
     check_kernel: bool = True,
+    weights="flat",
+    fw: str = "standard",
 ) -> Model:
     """Train ``method`` on features ``X`` (dense or CSR, n x d) and targets ``Y``.
 
@@ -146,6 +148,9 @@ def fit(
     warm_start : a model of the same method on the same data (e.g. the previous C on a path),
         or a pair ``(C_old, A_old)``; the dual is rescaled by ``C_new / C_old`` (which keeps
         it feasible) and W recomputed.
+    weights, fw : ``wtopk_svm`` only: the rank weights (``flat``, ``linear``, ``exp`` or a
+        non-increasing non-negative sequence; Kato §7.3) and the Frank-Wolfe variant
+        (``standard``, ``away``, ``pairwise``); ``max_epochs`` bounds its iterations.
     check_kernel : verify that ``K`` is finite and symmetric (O(n^2) per call); callers that
         built ``K`` themselves with :func:`topkbench.gram.rbf_kernel` may skip it.
     init : for ``topk_ent_tr`` only, the model whose ``W`` L-BFGS starts from (TPAMI §6.2:
@@ -216,6 +221,13 @@ def fit(
         raise ConfigError(f"method {spec.name} has no smoothing parameter; use gamma=0")
     if "k" not in spec.params and k != 1:
         raise ConfigError(f"method {spec.name} is a top-1 loss and takes no k; use k=1")
+    if spec.solver == "frank_wolfe":
+        return _fit_frank_wolfe(
+            gram if gram is not None else X, y, m, spec.name, gram=gram is not None, C=C, k=k,
+            gamma=gamma, weights=weights, fw=fw, eps=eps, max_epochs=max_epochs, seed=seed,
+            time_limit=time_limit, warm_start=warm_start, warn=warn, kernel=kernel,
+            theta=theta, X=X,
+        )  # fmt: skip
     if init is not None and spec.solver != "lbfgs":
         raise ConfigError(f"init= is for topk_ent_tr; {spec.name} takes warm_start=")
     if spec.solver == "lbfgs":
@@ -287,6 +299,45 @@ def fit(
         X_train=X if kernel == "rbf" else None,
         info=info,
     )
+
+
+def _fit_frank_wolfe(F, y, m, name, *, gram, C, k, gamma, weights, fw, eps, max_epochs, seed,
+                     time_limit, warm_start, warn, kernel, theta, X) -> Model:  # fmt: skip
+    """``wtopk_svm`` by Frank-Wolfe (solvers/frank_wolfe.py, Kato §5-6)."""
+    from topkbench.solvers.frank_wolfe import (
+        VARIANTS,
+        as_operator,
+        solve_frank_wolfe,
+        weight_vector,
+    )
+
+    if fw not in VARIANTS:
+        raise ConfigError(f"fw must be one of {', '.join(VARIANTS)}; got {fw!r}")
+    rho = weight_vector(weights, k, m)
+    A0 = None
+    if warm_start is not None:
+        C_old, A_old = (
+            (warm_start.params["C"], warm_start.A) if isinstance(warm_start, Model) else warm_start
+        )
+        if A_old.shape != (F.shape[0], m):
+            raise ConfigError(
+                f"warm_start dual has shape {A_old.shape}; expected {(F.shape[0], m)}"
+            )
+        A0 = A_old * (C / C_old)
+    res = solve_frank_wolfe(
+        F if gram else as_operator(F), y, gram=gram, n_classes=m, rho=rho, C=C, gamma=gamma,
+        variant=fw, eps=eps, max_iter=max_epochs, time_limit=time_limit, warn=warn, A0=A0,
+    )  # fmt: skip
+    params = {"C": C, "k": k, "gamma": gamma, "eps": eps, "seed": seed,
+              "weights": weights if isinstance(weights, str) else [float(v) for v in rho],
+              "fw": fw}  # fmt: skip
+    return Model(
+        method=name, params=params, W=res.W, A=res.A, primal=res.primal, dual=res.dual,
+        relative_gap=res.relative_gap, status=res.status, epochs=res.iterations,
+        train_seconds=res.seconds, trace=res.trace, kernel=kernel,
+        theta=theta if kernel == "rbf" else None, X_train=X if kernel == "rbf" else None,
+        info={"steps": res.steps, "rho": [float(v) for v in rho]},
+    )  # fmt: skip
 
 
 def _fit_ent_tr(X, y, m, name, *, C, k, eps, max_epochs, seed, time_limit, eval_every,

@@ -164,6 +164,20 @@ _ML_LR = MethodSpec(
     smooth_when="always",
 )
 
+_WTOPK = MethodSpec(
+    name="wtopk_svm",
+    paper_name="weighted top-k SVM (Kato & Hirohashi); flat weights = top-k SVM^alpha as printed",
+    task="multiclass",
+    solver="frank_wolfe",
+    loss_id=-1,
+    params=("k", "gamma", "weights", "fw"),
+    objective="max{0, sum_r rho_r c_[r]}, c = 1 - e_y + f - f_y 1 (all m sorted); "
+    "Moreau-smoothed over all m coordinates for gamma > 0",
+    reference="Kato 004 §4 eq. (8), Thm. 2, §5 Lemma 3 / eqs. (20)-(24), §6 eq. (25), Prop. 5",
+    aliases=("weighted_topk_svm", "wtopk"),
+    smooth_when="gamma > 0",
+)
+
 METHODS: dict[str, MethodSpec] = {
     s.name: s
     for s in (
@@ -178,6 +192,7 @@ METHODS: dict[str, MethodSpec] = {
         _TOPK_ENT_TR,
         _ML_SVM,
         _ML_LR,
+        _WTOPK,
     )
 }
 _ALIASES: dict[str, str] = {a: s.name for s in METHODS.values() for a in s.aliases}

@@ -1,0 +1,109 @@
+"""Kato & Hirohashi's weighted top-k hinge (papers/004, §4 eq. (8)) and the Frank-Wolfe vertex
+of its dual domain (§5, Lemma 3, eq. (24)).
+
+Loss: with ``c = 1 - e_y + s - s_y 1`` (so ``c_y = 0``; all m coordinates are sorted, the label
+one included) and non-increasing weights ``rho_1 >= ... >= rho_K > 0`` (zero beyond K)::
+
+    Phi(s; y) = max{0, sum_{r <= K} rho_r c_[r]}
+
+``flat`` weights ``rho_r = 1/k`` give the top-k hinge alpha exactly as TPAMI Table 1 prints it
+(the sum of the k largest of ``[c^{\\y}, 0]`` is ``max(T_k, T_{k-1})`` of ``c^{\\y}``, DESIGN §4.1).
+It is convex because ``sum_r rho_r c_[r] = sum_r (rho_r - rho_{r+1}) T_r(c)`` with non-negative
+coefficients.
+
+Vertex (Lemma 3 in our scale, see ``topkbench.solvers.frank_wolfe``): the dual block maximizing
+the linearized dual is ``a_i = -C g`` for a subgradient ``g`` of Phi at the current scores:
+``g = sum_{r <= K, [r] != y} rho_r (e_[r] - e_y)`` when the weighted sum is positive, else 0.
+A vertex is stored as its K sorted indices (``-1`` for the zero vertex), which is all a
+Frank-Wolfe atom needs (``n K`` integers instead of ``n m`` floats).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True)
+def _margins_sorted(s, y, work, order):
+    """``work = c`` and ``order`` = indices of ``c`` by decreasing value (label ties last)."""
+    m = s.shape[0]
+    sy = s[y]
+    for j in range(m):
+        work[j] = 0.0 if j == y else 1.0 + s[j] - sy
+    order[:] = np.argsort(-work, kind="mergesort")
+
+
+@njit(cache=True)
+def wtopk_value(s, y, rho, work, order):
+    """``Phi(s; y)`` (module docstring); ``work`` float and ``order`` int scratch of length m."""
+    _margins_sorted(s, y, work, order)
+    total = 0.0
+    for r in range(rho.shape[0]):
+        total += rho[r] * work[order[r]]
+    return total if total > 0.0 else 0.0
+
+
+@njit(cache=True)
+def wtopk_vertices(S, y, rho, C, U, atom, work, order):
+    """For every row i of scores ``S``: the vertex ``U[i] = -C g_i`` (module docstring), its
+    atom row ``atom[i]`` (K indices, or -1s), and the loss; returns ``sum_i Phi(S_i; y_i)``."""
+    n, m = S.shape
+    K = rho.shape[0]
+    lsum = 0.0
+    for i in range(n):
+        yi = y[i]
+        _margins_sorted(S[i], yi, work, order)
+        total = 0.0
+        for r in range(K):
+            total += rho[r] * work[order[r]]
+        for j in range(m):
+            U[i, j] = 0.0
+        if total > 0.0:
+            lsum += total
+            for r in range(K):
+                j = order[r]
+                atom[i, r] = j
+                if j != yi:
+                    U[i, j] -= C * rho[r]
+                    U[i, yi] += C * rho[r]
+        else:
+            for r in range(K):
+                atom[i, r] = -1
+    return lsum
+
+
+@njit(cache=True)
+def atom_block(atom_row, yi, rho, C, out):
+    """The dual block of one example's atom row (``out`` of length m, overwritten)."""
+    for j in range(out.shape[0]):
+        out[j] = 0.0
+    for r in range(atom_row.shape[0]):
+        j = atom_row[r]
+        if j < 0:
+            return
+        if j != yi:
+            out[j] -= C * rho[r]
+            out[yi] += C * rho[r]
+
+
+@njit(cache=True)
+def atom_matrix(atom, y, rho, C, out):
+    """All blocks of an atom (``out`` n x m)."""
+    for i in range(atom.shape[0]):
+        atom_block(atom[i], y[i], rho, C, out[i])
+
+
+@njit(cache=True)
+def atom_inner(atom, y, rho, C, G):
+    """``<G, V>`` for the atom's matrix V without forming it (G n x m)."""
+    total = 0.0
+    for i in range(atom.shape[0]):
+        yi = y[i]
+        for r in range(atom.shape[1]):
+            j = atom[i, r]
+            if j < 0:
+                break
+            if j != yi:
+                total += C * rho[r] * (G[i, yi] - G[i, j])
+    return total
