@@ -152,6 +152,7 @@ def train(
     from topkbench.data.dataset import load_dataset
     from topkbench.errors import ConvergenceWarning
     from topkbench.evaluation import evaluate_multilabel, training_targets
+    from topkbench.losses.registry import get_method
     from topkbench.metrics.topk import topk_accuracy
     from topkbench.model import fit
 
@@ -176,6 +177,11 @@ def train(
             n_classes=ds.n_classes,
             kernel=None if cfg.kernel == "linear" else cfg.kernel,
             theta=cfg.theta,
+            **(
+                {"weights": cfg.weights, "fw": cfg.fw}
+                if get_method(cfg.method).solver == "frank_wolfe"
+                else {}
+            ),
         )
     for w in caught:
         log.warning("%s", w.message)

@@ -64,6 +64,8 @@ class TrainConfig:
     kernel: str = "linear"
     theta: float | None = None
     delta: float = 0.0  # threshold of the multilabel partition metrics
+    weights: Any = "flat"  # wtopk_svm rank weights
+    fw: str = "standard"  # wtopk_svm Frank-Wolfe variant
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
@@ -83,6 +85,8 @@ class TrainConfig:
                 kernel=str(d.get("kernel") or "linear"),
                 theta=d.get("theta"),
                 delta=float(d.get("delta") or 0.0),
+                weights=d.get("weights", "flat"),
+                fw=str(d.get("fw", "standard")),
             )
         except KeyError as exc:
             raise ConfigError(f"missing config key {exc.args[0]!r}") from None

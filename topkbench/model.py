@@ -221,6 +221,10 @@ def fit(
         raise ConfigError(f"method {spec.name} has no smoothing parameter; use gamma=0")
     if "k" not in spec.params and k != 1:
         raise ConfigError(f"method {spec.name} is a top-1 loss and takes no k; use k=1")
+    if spec.solver != "frank_wolfe" and (
+        not isinstance(weights, str) or weights != "flat" or fw != "standard"
+    ):
+        raise ConfigError(f"weights= and fw= are options of wtopk_svm, not of {spec.name}")
     if spec.solver == "frank_wolfe":
         return _fit_frank_wolfe(
             gram if gram is not None else X, y, m, spec.name, gram=gram is not None, C=C, k=k,
