@@ -104,6 +104,8 @@ class SweepRow:
     paper_row: str = ""  # published row to print beside this one (default: ``row``)
     kernel: str = "linear"  # "rbf": one C path per theta of the experiment's theta grid
     k_values: tuple[int, ...] = ()  # k as a hyper-parameter (Tables 10-12: k in {2,..,5})
+    weights: Any = "flat"  # wtopk_svm: flat | linear | exp | a tuple of rank weights
+    fw: str = "standard"  # wtopk_svm: Frank-Wolfe variant
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SweepRow:
@@ -115,7 +117,17 @@ class SweepRow:
                 raise ConfigError(f"row {d.get('row')!r}: empty k list")
             d["k_values"] = tuple(int(v) for v in k)
             d["k"] = int(k[0])
+        if isinstance(d.get("weights"), (list, tuple)):
+            d["weights"] = tuple(float(v) for v in d["weights"])
         return cls(**d)
+
+    def fit_options(self) -> dict[str, Any]:
+        """Extra ``fit`` keywords of this row's method (only wtopk_svm has any)."""
+        from topkbench.losses.registry import get_method
+
+        if get_method(self.method).solver == "frank_wolfe":
+            return {"weights": self.weights, "fw": self.fw}
+        return {}
 
     def variants(self) -> tuple[SweepRow, ...]:
         """The row once per k of its grid (itself when k is fixed)."""

@@ -106,6 +106,9 @@ def record_spec(
     }
     if init_C is not None:
         spec["init_C"] = float(init_C)
+    for key, value in row.fit_options().items():  # only rows with such options change keys
+        # a string either way, so that records of both kinds share one column type
+        spec[key] = ",".join(f"{v:.17g}" for v in value) if isinstance(value, tuple) else value
     if theta is not None:
         spec["kernel"] = "rbf"
         spec["theta"] = float(theta)
@@ -299,6 +302,7 @@ def run_path(exp: ExperimentConfig, job: PathJob) -> PathSummary:
                     row.method,
                     K=data.K_train,
                     check_kernel=False,  # built by rbf_kernel for this path
+                    **row.fit_options(),
                     C=C,
                     k=row.k,
                     gamma=row.gamma,
