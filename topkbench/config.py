@@ -104,6 +104,7 @@ class SweepRow:
     paper_row: str = ""  # published row to print beside this one (default: ``row``)
     kernel: str = "linear"  # "rbf": one C path per theta of the experiment's theta grid
     k_values: tuple[int, ...] = ()  # k as a hyper-parameter (Tables 10-12: k in {2,..,5})
+    gamma_values: tuple[float, ...] = ()  # gamma as a hyper-parameter (Kato Table 1)
     weights: Any = "flat"  # wtopk_svm: flat | linear | exp | a tuple of rank weights
     fw: str = "standard"  # wtopk_svm: Frank-Wolfe variant
 
@@ -117,6 +118,12 @@ class SweepRow:
                 raise ConfigError(f"row {d.get('row')!r}: empty k list")
             d["k_values"] = tuple(int(v) for v in k)
             d["k"] = int(k[0])
+        g = d.get("gamma", 0.0)
+        if isinstance(g, (list, tuple)):
+            if not g:
+                raise ConfigError(f"row {d.get('row')!r}: empty gamma list")
+            d["gamma_values"] = tuple(float(v) for v in g)
+            d["gamma"] = float(g[0])
         if isinstance(d.get("weights"), (list, tuple)):
             d["weights"] = tuple(float(v) for v in d["weights"])
         return cls(**d)
@@ -130,10 +137,14 @@ class SweepRow:
         return {}
 
     def variants(self) -> tuple[SweepRow, ...]:
-        """The row once per k of its grid (itself when k is fixed)."""
+        """The row once per (k, gamma) of its grids (itself when both are fixed)."""
         from dataclasses import replace
 
-        return tuple(replace(self, k=k) for k in self.k_values) if self.k_values else (self,)
+        ks = self.k_values or (self.k,)
+        gammas = self.gamma_values or (self.gamma,)
+        if len(ks) == 1 and len(gammas) == 1:
+            return (self,)
+        return tuple(replace(self, k=k, gamma=g) for k in ks for g in gammas)
 
 
 @dataclass(frozen=True)
@@ -229,11 +240,15 @@ class ExperimentConfig:
                 raise ConfigError(f"row {r.row!r}: k must be >= 1")
             if r.kernel == "rbf" and spec.solver != "sdca":
                 raise ConfigError(f"row {r.row!r}: {spec.name} has no kernel mode")
-            if not metrics and (r.kernel == "rbf" or r.k_values):
+            if not metrics and r.kernel == "rbf":
                 raise ConfigError(
-                    f"row {r.row!r}: RBF rows and k lists belong to the multilabel protocol "
-                    "(an experiment with 'metrics:'); the top-k protocol selects C per k column"
+                    f"row {r.row!r}: RBF rows belong to the multilabel protocol (an experiment "
+                    "with 'metrics:'); the top-k protocol has no theta selection"
                 )
+            if r.gamma_values and "gamma" not in spec.params:
+                raise ConfigError(f"row {r.row!r}: {spec.name} takes no gamma, so no gamma list")
+            if any(g < 0 for g in r.gamma_values):
+                raise ConfigError(f"row {r.row!r}: gamma must be >= 0")
         layout = str(exp.get("layout", "rows"))
         if layout not in ("rows", "datasets", "multilabel", "class_ap"):
             raise ConfigError(

@@ -32,7 +32,7 @@ def select_per_k(records: pd.DataFrame, exp: ExperimentConfig) -> pd.DataFrame:
     the K cross-validation folds; ties go to the smallest C); the test accuracy comes from the
     val-path record at that C, or from the refit record for cross-validated datasets.
     """
-    from topkbench.sweep import REFIT, VAL, best_C, mean_validation, selection_folds
+    from topkbench.sweep import REFIT, VAL, best_point, mean_validation, selection_folds
 
     out = []
     for di, ds in enumerate(exp.datasets):
@@ -41,13 +41,19 @@ def select_per_k(records: pd.DataFrame, exp: ExperimentConfig) -> pd.DataFrame:
         test_fold = VAL if folds == (VAL,) else REFIT
         for (row, draw), grp in recs_ds.groupby(["row", "draw"], sort=False):
             curve = mean_validation(grp, folds, exp.ks)
-            tests = grp[grp["fold"] == test_fold].set_index("C")
+            tests = grp[grp["fold"] == test_fold]
             for k in exp.ks:
-                C = best_C(curve, k)
-                if C is None:
+                p = best_point(curve, k)
+                if p is None:
                     continue
+                C = p["C"]
+                at = tests["C"] == C
+                for h in ("k", "gamma"):
+                    if h in p:
+                        at &= tests[h] == p[h]
+                hits = tests[at]
+                hit = hits.iloc[0] if len(hits) else None
                 col = f"test_top{k}"
-                hit = tests.loc[C] if C in tests.index else None
                 test = 100.0 * hit[col] if hit is not None and col in hit else np.nan
                 out.append(
                     {
@@ -56,14 +62,23 @@ def select_per_k(records: pd.DataFrame, exp: ExperimentConfig) -> pd.DataFrame:
                         "draw": int(draw),
                         "k": k,
                         "C": C,
+                        "k_trained": int(p.get("k", hit["k"] if hit is not None else k)),
+                        "gamma": float(p.get("gamma", hit["gamma"] if hit is not None else 0.0)),
                         "C_on_boundary": C in (curve["C"].min(), curve["C"].max()),
-                        "val": 100.0 * float(curve.set_index("C").loc[C, f"val_top{k}"]),
+                        "val": 100.0 * _curve_value(curve, p, f"val_top{k}"),
                         "test": test,
                         "status": hit["status"] if hit is not None else "missing",
                         "relative_gap": hit["relative_gap"] if hit is not None else np.nan,
                     }
                 )
     return pd.DataFrame(out)
+
+
+def _curve_value(curve: pd.DataFrame, point: dict[str, float], col: str) -> float:
+    at = np.ones(len(curve), dtype=bool)
+    for h, v in point.items():
+        at &= curve[h].to_numpy() == v
+    return float(curve.loc[at, col].iloc[0])
 
 
 @dataclass
@@ -376,6 +391,10 @@ def _render_datasets_tex(exp, table, ds_titles, draws) -> str:
 def _build_datasets_report(exp, records, selected, published) -> TableReport:
     from topkbench.losses.registry import get_method
 
+    fw_rows = [r.row for r in exp.rows if get_method(r.method).solver == "frank_wolfe"]
+    fw_note = f" (Frank-Wolfe for {', '.join(fw_rows)})" if fw_rows else ""
+    grids = [r.row for r in exp.rows if r.k_values or r.gamma_values]
+
     table = _datasets_table(exp, selected, published)
     draws = int(records["draw"].nunique())
     ds_titles = {d.name: str(d.get("title", d.name)) for d in exp.datasets}
@@ -402,7 +421,8 @@ def _build_datasets_report(exp, records, selected, published) -> TableReport:
         f"C grid {lo:g} … {hi:g} ({len(exp.C_values)} points, ×{exp.C_base**exp.C_step:g}), "
         f"extended by up to {exp.extend} point(s) per side while a column's best C sat on the "
         f"boundary; {boundary} of {len(selected)} selections still lie on the final boundary.",
-        f"Solver: SDCA to relative duality gap ε = {exp.eps:g} (budget {exp.max_epochs} epochs"
+        f"Solver: SDCA{fw_note} to relative duality gap ε = {exp.eps:g} (budget "
+        f"{exp.max_epochs} epochs"
         + (f", {exp.time_limit} s" if exp.time_limit else "")
         + f" per fit); {n_conv}/{n_rec} fits reached ε.",
     ]
@@ -417,6 +437,11 @@ def _build_datasets_report(exp, records, selected, published) -> TableReport:
                 else "the LR^Multi solution at the same C"
             )
             + " (a local optimum; 'converged' means the gradient test)."
+        )
+    if grids:
+        lines.append(
+            f"{', '.join(grids)}: the model's k (and gamma) are selected per column with C, as "
+            "Kato reports them (selected.csv lists k_trained and gamma)."
         )
     if draws > 1:
         lines.append(f"Ours: mean ± sample std over {draws} draws (data seeds from {exp.seed}).")

@@ -421,26 +421,43 @@ def mean_validation(records: pd.DataFrame, folds: Iterable[str], ks) -> pd.DataF
     cols = [f"val_top{k}" for k in ks if f"val_top{k}" in sel]
     if sel.empty or not cols:
         return pd.DataFrame(columns=["C", *cols])
-    sel = sel.sort_values(["C", "fold"], kind="stable")
-    g = sel.groupby("C")
+    # rows with a k or gamma grid (Kato Table 1) select those too: one point per (C, k, gamma)
+    keys = ["C"] + [h for h in ("k", "gamma") if h in sel and sel[h].nunique() > 1]
+    sel = sel.sort_values([*keys, "fold"], kind="stable")
+    g = sel.groupby(keys)
     agg = g[cols].mean()
     agg = agg[g["fold"].nunique() == len(folds)]
-    return agg.reset_index().sort_values("C")
+    return agg.reset_index().sort_values(keys, kind="stable")
 
 
 TIE_TOL = 1e-9  # accuracies are multiples of 1/n: closer means are ties
 
 
-def best_C(curve: pd.DataFrame, k: int) -> float | None:
-    """The C with the best mean validation top-k accuracy; ties (within TIE_TOL) go to the
-    smallest C, i.e. the strongest regularization."""
+def best_point(curve: pd.DataFrame, k: int) -> dict[str, float] | None:
+    """The point (``C``, and ``k`` / ``gamma`` for rows with such grids) with the best mean
+    validation top-k accuracy; ties (within TIE_TOL) go to the smallest C (the strongest
+    regularization), then the smallest k, then the smallest gamma."""
     col = f"val_top{k}"
     if curve.empty or col not in curve:
         return None
-    c = curve.sort_values("C")
+    keys = [h for h in ("C", "k", "gamma") if h in curve]
+    c = curve.sort_values(keys, kind="stable")
     vals = c[col].to_numpy(dtype=float)
     i = int(np.flatnonzero(vals >= np.nanmax(vals) - TIE_TOL)[0])
-    return float(c["C"].iloc[i])
+    return {h: float(c[h].iloc[i]) for h in keys}
+
+
+def best_C(curve: pd.DataFrame, k: int) -> float | None:
+    """The C of :func:`best_point`."""
+    p = best_point(curve, k)
+    return None if p is None else p["C"]
+
+
+def point_row(row: SweepRow, point: dict[str, float]) -> SweepRow:
+    """The row's variant at a selected point (its own k and gamma when they are fixed)."""
+    return dataclasses.replace(
+        row, k=int(point.get("k", row.k)), gamma=float(point.get("gamma", row.gamma))
+    )
 
 
 def _grid_step(exp: ExperimentConfig) -> float:
@@ -492,8 +509,11 @@ def _extension_jobs(
                 if new:  # one job per path keeps its warm starts sequential (deterministic)
                     pts |= new
                     init_C = init.get((di, draw, row.row))
-                    for fold in folds:
-                        jobs.append(PathJob(di, draw, row, fold, tuple(sorted(new)), init_C))
+                    for variant in row.variants():
+                        for fold in folds:
+                            jobs.append(
+                                PathJob(di, draw, variant, fold, tuple(sorted(new)), init_C)
+                            )
     return jobs
 
 
@@ -527,10 +547,16 @@ def _refit_jobs(
                         )
                     continue
                 curve = mean_validation(recs, folds, exp.ks)
-                Cs = {best_C(curve, k) for k in exp.ks} - {None}
-                if Cs:
-                    init_C = init.get((di, draw, row.row))
-                    jobs.append(PathJob(di, draw, row, REFIT, tuple(sorted(Cs)), init_C))
+                by_variant: dict[tuple[int, float], set[float]] = {}
+                for k in exp.ks:
+                    p = best_point(curve, k)
+                    if p is not None:
+                        v = point_row(row, p)
+                        by_variant.setdefault((v.k, v.gamma), set()).add(p["C"])
+                init_C = init.get((di, draw, row.row))
+                for (kt, g), Cs in sorted(by_variant.items()):
+                    variant = dataclasses.replace(row, k=kt, gamma=g)
+                    jobs.append(PathJob(di, draw, variant, REFIT, tuple(sorted(Cs)), init_C))
     return jobs
 
 
