@@ -110,20 +110,16 @@ class SweepRow:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SweepRow:
-        """A row from YAML; ``k: [2, 3, 4, 5]`` makes k a hyper-parameter selected per column."""
+        """A row from YAML; ``k: [2, 3, 4, 5]`` (or a gamma list) makes k (gamma) a
+        hyper-parameter selected per column."""
         d = dict(d)
-        k = d.get("k", 1)
-        if isinstance(k, (list, tuple)):
-            if not k:
-                raise ConfigError(f"row {d.get('row')!r}: empty k list")
-            d["k_values"] = tuple(int(v) for v in k)
-            d["k"] = int(k[0])
-        g = d.get("gamma", 0.0)
-        if isinstance(g, (list, tuple)):
-            if not g:
-                raise ConfigError(f"row {d.get('row')!r}: empty gamma list")
-            d["gamma_values"] = tuple(float(v) for v in g)
-            d["gamma"] = float(g[0])
+        for key, cast in (("k", int), ("gamma", float)):  # a list makes it a hyper-parameter
+            value = d.get(key)
+            if isinstance(value, (list, tuple)):
+                if not value:
+                    raise ConfigError(f"row {d.get('row')!r}: empty {key} list")
+                d[f"{key}_values"] = tuple(cast(v) for v in value)
+                d[key] = cast(value[0])
         if isinstance(d.get("weights"), (list, tuple)):
             d["weights"] = tuple(float(v) for v in d["weights"])
         return cls(**d)
