@@ -203,3 +203,19 @@ def test_weight_schemes_and_validation():
         topkbench.fit(X, y, "wtopk_svm", k=2, fw="newton")
     with pytest.raises(ConfigError, match="k must be"):
         topkbench.fit(X, y, "wtopk_svm", k=M)
+
+
+def test_top_k_selection_matches_a_sort():
+    """The allocation-free top-K selection of the vertex kernel (insertion for K <= 32, a sort
+    above) returns the K largest margins in decreasing order, ties included."""
+    from topkbench.kernels.wtopk import _margins_sorted
+
+    rng = np.random.default_rng(0)
+    for K in (1, 3, 5, 40):
+        for _ in range(100):
+            m = int(rng.integers(K, 60))
+            s = np.round(rng.normal(size=m), 1)
+            y = int(rng.integers(m))
+            work, order = np.empty(m), np.empty(m, dtype=np.int64)
+            _margins_sorted(s, y, K, work, order)
+            np.testing.assert_array_equal(work[order[:K]], np.sort(work)[::-1][:K])

@@ -25,19 +25,37 @@ from numba import njit
 
 
 @njit(cache=True)
-def _margins_sorted(s, y, work, order):
-    """``work = c`` and ``order`` = indices of ``c`` by decreasing value (label ties last)."""
+def _margins_sorted(s, y, K, work, order):
+    """``work = c`` and ``order[:K]`` = indices of the K largest entries of ``c``, decreasing
+    (ties by index; any order of ties gives a valid subgradient).  Small K (the usual k <= 10)
+    is selected by insertion in O(m K) with no allocation; large K falls back to a sort."""
     m = s.shape[0]
     sy = s[y]
     for j in range(m):
         work[j] = 0.0 if j == y else 1.0 + s[j] - sy
-    order[:] = np.argsort(-work, kind="mergesort")
+    if K > 32:
+        order[:] = np.argsort(-work, kind="mergesort")
+        return
+    cnt = 0
+    for j in range(m):
+        v = work[j]
+        if cnt < K:
+            pos = cnt
+            cnt += 1
+        elif v > work[order[K - 1]]:
+            pos = K - 1
+        else:
+            continue
+        while pos > 0 and work[order[pos - 1]] < v:
+            order[pos] = order[pos - 1]
+            pos -= 1
+        order[pos] = j
 
 
 @njit(cache=True)
 def wtopk_value(s, y, rho, work, order):
     """``Phi(s; y)`` (module docstring); ``work`` float and ``order`` int scratch of length m."""
-    _margins_sorted(s, y, work, order)
+    _margins_sorted(s, y, rho.shape[0], work, order)
     total = 0.0
     for r in range(rho.shape[0]):
         total += rho[r] * work[order[r]]
@@ -53,7 +71,7 @@ def wtopk_vertices(S, y, rho, C, U, atom, work, order):
     lsum = 0.0
     for i in range(n):
         yi = y[i]
-        _margins_sorted(S[i], yi, work, order)
+        _margins_sorted(S[i], yi, K, work, order)
         total = 0.0
         for r in range(K):
             total += rho[r] * work[order[r]]
