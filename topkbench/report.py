@@ -296,30 +296,38 @@ def _cell(r, draws: int) -> str:
     return f"{r['ours_mean']:.1f}"
 
 
-def _render_datasets_md(exp, table, ds_titles, draws) -> list[str]:
+def markdown_blocks(exp, table, titles, columns, cells) -> list[str]:
+    """One Markdown table per dataset that has results: rows = methods, a column group
+    ``(title, paper, Δ)`` per ``columns`` entry ``(key, title)``; ``cells(t, row, key)`` gives
+    the three cells from the dataset's part ``t`` of the long ``table``."""
     lines = [f"# {exp.title}", ""]
     for ds in exp.datasets:
         t = table[table["dataset"] == ds.name]
         if not t["draws"].any():
             continue
         header = ["Method"]
-        for k in exp.ks:
-            header += [f"Top-{k}", "paper", "Δ"]
-        lines += [f"## {ds_titles[ds.name]}", "", "| " + " | ".join(header) + " |"]
+        for _, title in columns:
+            header += [title, "paper", "Δ"]
+        lines += [f"## {titles[ds.name]}", "", "| " + " | ".join(header) + " |"]
         lines.append("|" + "---|" * len(header))
         for row in t["row"].unique():
-            cells = [row]
-            for k in exp.ks:
-                r = t[(t["row"] == row) & (t["k"] == k)].iloc[0]
-                ours = _cell(r, draws) or ("not run" if row not in exp_row_names(exp) else "—")
-                cells += [
-                    ours,
-                    _fmt(r["paper"]),
-                    "" if not np.isfinite(r["diff"]) else f"{r['diff']:+.1f}",
-                ]
-            lines.append("| " + " | ".join(cells) + " |")
+            out = [row]
+            for key, _ in columns:
+                out += list(cells(t, row, key))
+            lines.append("| " + " | ".join(out) + " |")
         lines.append("")
     return lines
+
+
+def _render_datasets_md(exp, table, ds_titles, draws) -> list[str]:
+    run = exp_row_names(exp)
+
+    def cells(t, row, k):
+        r = t[(t["row"] == row) & (t["k"] == k)].iloc[0]
+        ours = _cell(r, draws) or ("not run" if row not in run else "—")
+        return ours, _fmt(r["paper"]), "" if not np.isfinite(r["diff"]) else f"{r['diff']:+.1f}"
+
+    return markdown_blocks(exp, table, ds_titles, [(k, f"Top-{k}") for k in exp.ks], cells)
 
 
 def exp_row_names(exp: ExperimentConfig) -> set[str]:

@@ -159,23 +159,10 @@ def _cells(t: pd.DataFrame, row: str, metric: str, draws: int) -> tuple[str, str
 
 
 def render_markdown(exp, table, titles, draws) -> list[str]:
-    lines = [f"# {exp.title}", ""]
-    for ds in exp.datasets:
-        t = table[table["dataset"] == ds.name]
-        if not t["draws"].any():
-            continue
-        header = ["Method"]
-        for metric in exp.metrics:
-            header += [metric_title(metric), "paper", "Δ"]
-        lines += [f"## {titles[ds.name]}", "", "| " + " | ".join(header) + " |"]
-        lines.append("|" + "---|" * len(header))
-        for row in t["row"].unique():
-            cells = [row]
-            for metric in exp.metrics:
-                cells += list(_cells(t, row, metric, draws))
-            lines.append("| " + " | ".join(cells) + " |")
-        lines.append("")
-    return lines
+    from topkbench.report import markdown_blocks
+
+    columns = [(m, metric_title(m)) for m in exp.metrics]
+    return markdown_blocks(exp, table, titles, columns, lambda t, row, m: _cells(t, row, m, draws))
 
 
 def render_latex(exp, table, titles, draws) -> str:

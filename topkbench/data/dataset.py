@@ -174,6 +174,45 @@ def stratified_folds(y: np.ndarray, n_folds: int, seed: int) -> np.ndarray:
     return fold
 
 
+def apply_holdout(cfg: DatasetConfig, raw, provenance, *extras) -> None:
+    """Split ``raw[source]`` into train/test in place (``holdout:`` option), carrying the
+    per-row ``extras`` (image ids, primary labels) along.
+
+    Class labels: a stratified ``test_fraction`` per class (ALOI, TPAMI §6.2).  Label sets
+    (no single class to stratify on): a seeded random ``test_count`` or ``test_fraction``
+    (bookmarks).  The holdout seed is fixed by the config, independent of the run seed.
+    """
+    holdout = cfg.get("holdout")
+    if not holdout:
+        return
+    source = str(holdout.get("source", "all"))
+    if source not in raw:
+        raise ConfigError(f"dataset {cfg.name}: holdout source split {source!r} is not in files")
+    X, y, src = raw.pop(source)
+    hseed = int(holdout.get("seed", 0))
+    if sp.issparse(y):
+        n = X.shape[0]
+        if holdout.get("test_count") is not None:
+            n_out = int(holdout["test_count"])
+        else:
+            n_out = int(round(float(holdout.get("test_fraction", 0.5)) * n))
+        if not 0 < n_out < n:
+            raise DataFormatError(src, f"holdout of {n_out} test examples from {n} is impossible")
+        perm = np.random.default_rng(hseed).permutation(n)
+        out, keep = np.sort(perm[:n_out]), np.sort(perm[n_out:])
+        provenance["holdout"] = f"random {n_out} of {source} to test, seed {hseed}"
+    else:
+        frac = float(holdout.get("test_fraction", 0.5))
+        keep, out = stratified_holdout(y, frac, hseed)
+        provenance["holdout"] = f"stratified {frac:g} of {source} to test, seed {hseed}"
+    raw["train"] = (X[keep], y[keep], src)
+    raw["test"] = (X[out], y[out], src)
+    for extra in extras:
+        if source in extra:
+            v = extra.pop(source)
+            extra["train"], extra["test"] = v[keep], v[out]
+
+
 def _check_finite(X, source: str) -> None:
     vals = X.data if sp.issparse(X) else X
     bad = ~np.isfinite(vals)
@@ -209,22 +248,7 @@ def assemble(
         if X.shape[0] == 0:
             raise DataFormatError(src, f"split {split!r} has no examples")
         _check_finite(X, src)
-    holdout = cfg.get("holdout")
-    if holdout:
-        source = str(holdout.get("source", "all"))
-        if source not in raw:
-            raise ConfigError(
-                f"dataset {cfg.name}: holdout source split {source!r} is not in files"
-            )
-        X, y, src = raw.pop(source)
-        frac, hseed = float(holdout.get("test_fraction", 0.5)), int(holdout.get("seed", 0))
-        keep, out = stratified_holdout(y, frac, hseed)
-        raw["train"] = (X[keep], y[keep], src)
-        raw["test"] = (X[out], y[out], src)
-        if source in image_ids:
-            ids = image_ids.pop(source)
-            image_ids["train"], image_ids["test"] = ids[keep], ids[out]
-        provenance["holdout"] = f"stratified {frac:g} of {source} to test, seed {hseed}"
+    apply_holdout(cfg, raw, provenance, image_ids)
     if "train" not in raw:
         raise ConfigError(f"dataset {cfg.name}: no 'train' split (have {', '.join(raw)})")
     # common width: LibSVM omits trailing zero features, so widen sparse splits
@@ -418,31 +442,8 @@ def assemble_multilabel(
     bookmarks); a logged warning when split sizes differ from ``splits_expected``; bias."""
     image_ids = dict(image_ids or {})
     primary = dict(primary or {})
-    holdout = cfg.get("holdout")
-    if holdout:
-        source = str(holdout.get("source", "all"))
-        if source not in raw:
-            raise ConfigError(
-                f"dataset {cfg.name}: holdout source split {source!r} is not in files"
-            )
-        X, Y, src = raw.pop(source)
-        n = X.shape[0]
-        if holdout.get("test_count") is not None:
-            n_out = int(holdout["test_count"])
-        else:
-            n_out = int(round(float(holdout.get("test_fraction", 0.5)) * n))
-        if not 0 < n_out < n:
-            raise DataFormatError(src, f"holdout of {n_out} test examples from {n} is impossible")
-        hseed = int(holdout.get("seed", 0))
-        perm = np.random.default_rng(hseed).permutation(n)
-        out, keep = np.sort(perm[:n_out]), np.sort(perm[n_out:])
-        raw["train"] = (X[keep], Y[keep], src)
-        raw["test"] = (X[out], Y[out], src)
-        for extra in (image_ids, primary):
-            if source in extra:
-                v = extra.pop(source)
-                extra["train"], extra["test"] = v[keep], v[out]
-        provenance = {**provenance, "holdout": f"random {n_out} of {source} to test, seed {hseed}"}
+    provenance = dict(provenance)
+    apply_holdout(cfg, raw, provenance, image_ids, primary)
     expected = cfg.get("splits_expected") or {}
     for split, count in expected.items():
         if split in raw and raw[split][0].shape[0] != int(count):
