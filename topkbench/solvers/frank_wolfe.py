@@ -20,6 +20,10 @@ Gram ``K + (gamma/C) I``; nothing augmented is ever formed.
   Phi(s~_i)`` (Kato eq. (27)); it is the stopping rule.  For gamma = 0, P^ is exactly P(W)/lambda.
   For gamma > 0, P^(W~) >= P_smooth(W) (the Moreau envelope is the minimum over the augmented
   block), so the reported primal is this upper bound and the gap a conservative certificate.
+  The primal values of Frank-Wolfe iterates oscillate (the zigzag Kato §7.2 mentions) while
+  the dual never decreases, so the certificate is ``min_t P^(W~_t) - D^(A_T)``: the best
+  primal so far against the current dual, and the solver returns that best iterate.  Traces
+  record this certificate (a gap that never increases).
 * **Line search** (Kato eq. (20)): along a direction ``d``, ``D^(A + t d)`` is a concave
   quadratic with maximizer ``t* = <G, d> / (||X^T d||^2 + gamma/C ||d||^2)``, clipped to
   ``[0, t_max]``.
@@ -27,11 +31,15 @@ Gram ``K + (gamma/C) I``; nothing augmented is ever formed.
   ``away`` (FW or away direction ``A - V`` for the worst active atom V, ``t_max = w_V/(1-w_V)``)
   and ``pairwise`` (``d = U - V``, ``t_max = w_V``).  The away and pairwise variants keep the
   active set of atoms (vertices of the product domain) with their weights; an atom is stored as
-  each example's K sorted indices.
+  each example's K sorted indices (``4 n K`` bytes), in flat arrays handled by compiled kernels.
+
+Products: the scores ``X W`` cost ``O(nnz(X) m)``; the direction's ``X^T d`` is assembled from
+``W = X^T A`` and the atoms' products ``X^T U``, ``X^T V``, which cost ``O(nnz(X) K)`` because a
+vertex has at most K + 1 non-zeros per example (in kernel mode ``K U`` against ``S = K A``).
 
 Stopping: relative gap ``(P - D)/max(|P|, |D|) <= eps``, or ``max_iter`` / ``time_limit``
-(``ConvergenceWarning``, never claimed as convergence).  Each iteration costs two products with
-the features (scores and ``X^T d``) plus O(n m log m).
+(``ConvergenceWarning``, never claimed as convergence).  Each iteration costs one product
+with the features, one or two atom products and O(n m K).
 """
 
 from __future__ import annotations
@@ -65,25 +73,81 @@ class FWResult:
 
 
 class _Ops:
-    """Products with the features (dense, CSR) or with a Gram matrix."""
+    """Products with the features (dense, CSR) or with a Gram matrix.  ``base`` is the product
+    of the current dual: ``W = X^T A`` (features) or the scores ``S = K A`` (Gram)."""
 
-    def __init__(self, X, gram: bool):
+    def __init__(self, X, gram: bool, m: int):
         self.gram = gram
-        self.X = X
+        self.X = np.ascontiguousarray(X, dtype=np.float64) if gram else X
+        self.csr = sp.issparse(X)
+        self.m = m
 
     def scores(self, A, W):
         return np.asarray(self.X @ A) if self.gram else np.asarray(self.X @ W)
 
-    def primal_part(self, A, W) -> np.ndarray | None:
+    def primal_part(self, A) -> np.ndarray | None:
         return None if self.gram else np.asarray(self.X.T @ A)
 
     def sq_norm(self, A, W, S) -> float:
         """``||W||^2`` (= <A, K A> in kernel mode, with S = K A)."""
         return float(np.vdot(A, S)) if self.gram else float(np.vdot(W, W))
 
-    def direction(self, d):
-        """(``X^T d`` or ``K d``) for the line search and the incremental update."""
-        return np.asarray(self.X @ d) if self.gram else np.asarray(self.X.T @ d)
+    def atom_product(self, atom, y, rho, C) -> np.ndarray:
+        """``X^T V`` (or ``K V``) for an atom's matrix V, in O(nnz(X) K) (kernels/wtopk.py)."""
+        X = self.X
+        outT = np.zeros((self.m, X.shape[1]))
+        if self.csr:
+            _w.atom_xt_csr(atom, y, rho, C, X.indptr, X.indices, X.data, outT)
+        else:
+            _w.atom_xt_dense(atom, y, rho, C, X, outT)
+        return outT.T
+
+
+class _ActiveSet:
+    """Atoms (each example's K indices, int32), their convex weights and hashes, in flat arrays
+    grown by doubling; the zero atom starts it.  Memory: ``4 n K`` bytes per atom."""
+
+    def __init__(self, n: int, K: int):
+        self.atoms = np.full((8, n, K), -1, dtype=np.int32)
+        self.weights = np.zeros(8)
+        self.hashes = np.zeros(8, dtype=np.int64)
+        self.weights[0] = 1.0
+        self.hashes[0] = _w.atom_hash(self.atoms[0])
+        self.size = 1
+        self.vals = np.empty(8)
+
+    def worst(self, y, rho, C, G) -> tuple[int, float]:
+        """The active atom with the smallest ``<G, V>`` and that value."""
+        _w.active_inner(self.atoms, self.size, y, rho, C, G, self.vals)
+        v = int(np.argmin(self.vals[: self.size]))
+        return v, float(self.vals[v])
+
+    def index(self, atom) -> int:
+        """Index of ``atom``, added with weight 0 if it is not active."""
+        h = _w.atom_hash(atom)
+        idx = int(_w.find_atom(self.atoms, self.hashes, self.size, atom, h))
+        if idx >= 0:
+            return idx
+        if self.size == self.atoms.shape[0]:
+            cap = 2 * self.size
+            self.atoms = np.concatenate([self.atoms, np.full_like(self.atoms, -1)])
+            self.weights = np.r_[self.weights, np.zeros(self.size)]
+            self.hashes = np.r_[self.hashes, np.zeros(self.size, dtype=np.int64)]
+            self.vals = np.empty(cap)
+        idx = self.size
+        self.atoms[idx] = atom
+        self.weights[idx] = 0.0
+        self.hashes[idx] = h
+        self.size += 1
+        return idx
+
+    def drop(self) -> int:
+        """Drop atoms whose weight vanished (drop steps of AFW / PFW); returns how many."""
+        old = self.size
+        self.size = int(
+            _w.compact_active(self.atoms, self.weights, self.hashes, self.size, 1e-14)
+        )
+        return old - self.size
 
 
 def solve_frank_wolfe(
@@ -106,6 +170,8 @@ def solve_frank_wolfe(
 
     ``A0`` warm-starts from a feasible dual (standard variant only; the active-set variants
     start from the zero atom, since a warm dual has no known decomposition into atoms).
+    The returned ``A``/``W`` are the iterate with the smallest primal (the one the gap
+    certifies); ``dual`` is the last (largest) dual value.
     """
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {VARIANTS}")
@@ -114,22 +180,22 @@ def solve_frank_wolfe(
     y = np.ascontiguousarray(y, dtype=np.int64)
     rho = np.ascontiguousarray(rho, dtype=np.float64)
     K = rho.shape[0]
-    ops = _Ops(X, gram)
+    ops = _Ops(X, gram, m)
     rows = np.arange(n)
     sm = gamma / C  # smoothing: weight of the augmented block
     A = np.zeros((n, m)) if A0 is None or variant != "standard" else np.array(A0, dtype=float)
-    W = ops.primal_part(A, None)
+    W = ops.primal_part(A)
     U = np.empty((n, m))
-    atom = np.empty((n, K), dtype=np.int64)
+    V = np.empty((n, m))
+    atom = np.empty((n, K), dtype=np.int32)
     work = np.empty(m)
     order = np.empty(m, dtype=np.int64)
-    # active set (away / pairwise): atoms as index arrays, weights; the zero atom starts it
-    atoms: list[np.ndarray] = [np.full((n, K), -1, dtype=np.int64)]
-    weights: list[float] = [1.0]
-    lookup: dict[bytes, int] = {atoms[0].tobytes(): 0}
+    active = _ActiveSet(n, K) if variant != "standard" else None
     steps = {"fw": 0, "away": 0, "pairwise": 0, "drop": 0}
     trace: list[TracePoint] = []
     lam = 1.0 / (C * n)
+    p_best, d_best = np.inf, -np.inf
+    A_best, W_best = A, W
     start = time.perf_counter()
     it = 0
     status = "running"
@@ -140,7 +206,14 @@ def solve_frank_wolfe(
         sq = ops.sq_norm(A, W, S) + (sm * float(np.vdot(A, A)) if sm else 0.0)
         p_hat = 0.5 * sq + C * lsum
         d_hat = float(A[rows, y].sum()) - 0.5 * sq
-        primal, dual = lam * p_hat, lam * d_hat
+        # every iterate's primal bounds the optimum: certify with the best one (FW iterates'
+        # primal values oscillate, Kato §7.2), and return that iterate
+        if p_hat < p_best:
+            p_best = p_hat
+            A_best = A.copy()
+            W_best = W.copy() if W is not None else None
+        d_best = max(d_best, d_hat)
+        primal, dual = lam * p_best, lam * d_best
         gap = relative_gap(primal, dual)
         trace.append(TracePoint(it, primal, dual, gap, time.perf_counter() - start))
         if gap <= eps:
@@ -154,32 +227,29 @@ def solve_frank_wolfe(
             break
         G = -St
         G[rows, y] += 1.0
+        base = S if gram else W  # X^T A (or K A)
+        g_a = float(np.vdot(G, A))
+        g_u = float(np.vdot(G, U))
         kind = "fw"
         if variant == "standard":
-            d = U - A
-            t_max = 1.0
+            d, num, t_max = U - A, g_u - g_a, 1.0
+            Kd = ops.atom_product(atom, y, rho, C) - base
         else:
-            key = atom.tobytes()
-            # worst active atom: smallest <G, V>
-            vals = [_w.atom_inner(a, y, rho, C, G) for a in atoms]
-            v = int(np.argmin(vals))
-            g_fw = float(np.vdot(G, U)) - float(np.vdot(G, A))
-            V = np.empty((n, m))
-            _w.atom_matrix(atoms[v], y, rho, C, V)
+            v, g_v = active.worst(y, rho, C, G)
+            _w.atom_matrix(active.atoms[v], y, rho, C, V)
             if variant == "pairwise":
-                d = U - V
-                t_max = weights[v]
-                kind = "pairwise"
-            elif g_fw >= float(np.vdot(G, A)) - vals[v]:
-                d = U - A
-                t_max = 1.0
+                kind, d, num, t_max = "pairwise", U - V, g_u - g_v, active.weights[v]
+                Kd = ops.atom_product(atom, y, rho, C) - ops.atom_product(
+                    active.atoms[v], y, rho, C
+                )
+            elif g_u - g_a >= g_a - g_v:
+                d, num, t_max = U - A, g_u - g_a, 1.0
+                Kd = ops.atom_product(atom, y, rho, C) - base
             else:
-                d = A - V
-                wv = weights[v]
+                wv = active.weights[v]
+                kind, d, num = "away", A - V, g_a - g_v
                 t_max = wv / (1.0 - wv) if wv < 1.0 else np.inf
-                kind = "away"
-        Kd = ops.direction(d)
-        num = float(np.vdot(G, d))
+                Kd = base - ops.atom_product(active.atoms[v], y, rho, C)
         den = float(np.vdot(d, Kd)) if gram else float(np.vdot(Kd, Kd))
         if sm:
             den += sm * float(np.vdot(d, d))
@@ -190,34 +260,18 @@ def solve_frank_wolfe(
         if W is not None:
             W += t * Kd
         steps[kind] += 1
-        if variant != "standard" and t > 0.0:
-            idx = lookup.get(key)
-            if kind == "fw":
-                weights = [w * (1.0 - t) for w in weights]
-                if idx is None:
-                    idx = len(atoms)
-                    atoms.append(atom.copy())
-                    weights.append(0.0)
-                    lookup[key] = idx
-                weights[idx] += t
-            elif kind == "away":
-                weights = [w * (1.0 + t) for w in weights]
-                weights[v] -= t
-            else:  # pairwise
-                if idx is None:
-                    idx = len(atoms)
-                    atoms.append(atom.copy())
-                    weights.append(0.0)
-                    lookup[key] = idx
-                weights[idx] += t
-                weights[v] -= t
-            # drop atoms whose weight vanished (drop steps of AFW / PFW)
-            keep = [i for i, w in enumerate(weights) if w > 1e-14]
-            if len(keep) < len(atoms):
-                steps["drop"] += len(atoms) - len(keep)
-                atoms = [atoms[i] for i in keep]
-                weights = [weights[i] for i in keep]
-                lookup = {a.tobytes(): i for i, a in enumerate(atoms)}
+        if active is not None and t > 0.0:
+            if kind == "away":
+                active.weights[: active.size] *= 1.0 + t
+                active.weights[v] -= t
+            else:
+                idx = active.index(atom)  # may grow the arrays; v keeps its index
+                if kind == "fw":
+                    active.weights[: active.size] *= 1.0 - t
+                else:
+                    active.weights[v] -= t
+                active.weights[idx] += t
+            steps["drop"] += active.drop()
         it += 1
     seconds = time.perf_counter() - start
     if status != "converged" and warn:
@@ -227,9 +281,7 @@ def solve_frank_wolfe(
             ConvergenceWarning,
             stacklevel=2,
         )
-    if gram:
-        W = None
-    return FWResult(A, W, primal, dual, gap, status, it, seconds, trace, steps)
+    return FWResult(A_best, W_best, primal, dual, gap, status, it, seconds, trace, steps)
 
 
 def weight_vector(weights, k: int, m: int) -> np.ndarray:
