@@ -144,9 +144,7 @@ class _ActiveSet:
     def drop(self) -> int:
         """Drop atoms whose weight vanished (drop steps of AFW / PFW); returns how many."""
         old = self.size
-        self.size = int(
-            _w.compact_active(self.atoms, self.weights, self.hashes, self.size, 1e-14)
-        )
+        self.size = int(_w.compact_active(self.atoms, self.weights, self.hashes, self.size, 1e-14))
         return old - self.size
 
 
