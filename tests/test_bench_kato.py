@@ -27,3 +27,30 @@ def test_kato_fig2_smoke(tmp_path):
     printed = last[[s for s in last.index if "printed" in s][0]]
     assert printed < 1e-6 < pseudo
     assert (df.groupby("solver")["seconds"].apply(lambda s: s.is_monotonic_increasing)).all()
+
+
+def test_kato_fig3_and_fig4_smoke(tmp_path):
+    """Kato Figs. 3-4 studies: every (panel, run) traced, certificates valid and monotone
+    (best primal, non-decreasing dual), and smoothing lowers the optimum (the smoothed dual
+    stays below the non-smooth primal: D_gamma <= OPT_gamma <= OPT_0 <= P_0)."""
+    args = ["--n", "120", "--d", "8", "--m", "5", "--iters", "60", "--out", str(tmp_path)]
+    res = CliRunner().invoke(app, ["bench", "kato-fig3", "--gamma", "0", "--gamma", "10", *args])
+    assert res.exit_code == 0, res.output
+    df = pd.read_csv(tmp_path / "kato_fig3.csv")
+    assert (tmp_path / "kato_fig3.png").stat().st_size > 10_000
+    runs = df.groupby(["panel", "label"])
+    assert runs.ngroups == 6 and set(df["variant"]) == {"standard", "away", "pairwise"}
+    assert (runs.size() == 61).all()
+    assert (df["gap"] >= -1e-12).all()
+    assert runs["gap"].apply(lambda g: (g.diff().dropna() <= 1e-15).all()).all()
+    assert runs["dual"].apply(lambda g: (g.diff().dropna() >= -1e-15).all()).all()
+    last = runs.last()
+    for panel in set(df["panel"]):
+        assert last.loc[(panel, "gamma = 10"), "dual"] <= last.loc[(panel, "gamma = 0"), "primal"]
+        assert last.loc[(panel, "gamma = 10"), "primal"] < last.loc[(panel, "gamma = 0"), "primal"]
+    res = CliRunner().invoke(app, ["bench", "kato-fig4", "--fw", "away", *args])
+    assert res.exit_code == 0, res.output
+    df = pd.read_csv(tmp_path / "kato_fig4.csv")
+    assert set(df["label"]) == {"flat", "linear", "exp"} and set(df["variant"]) == {"away"}
+    res = CliRunner().invoke(app, ["bench", "kato-fig4", "--fw", "newton", *args])
+    assert res.exit_code != 0 and "--fw must be one of" in res.output

@@ -393,3 +393,118 @@ def plot_kato_fig2(points: list[KatoTracePoint], path, title: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+@dataclass
+class FWStudyPoint:
+    panel: str
+    label: str
+    variant: str
+    gamma: float
+    weights: str
+    iteration: int
+    seconds: float  # wall clock inside the solver
+    primal: float  # certified primal (best iterate so far), P(W) scale
+    dual: float
+    gap: float  # primal - dual, absolute
+    relative_gap: float
+
+
+KATO_FIG3_GAMMAS = (0.0, 1e-3, 1e-2, 1e-1)
+FW_PANELS = {"standard": "(a) Std FW", "away": "(b) AFW", "pairwise": "(c) PFW"}
+
+
+def fw_study(
+    X, y, runs: list[tuple[str, str, str, float, str]], *, k: int, C: float, iters: int
+) -> list[FWStudyPoint]:
+    """Frank-Wolfe traces for ``runs`` = (panel, label, variant, gamma, weights) on one problem:
+    each run goes ``iters`` iterations (no early stop) and every iterate's certificate is
+    kept.  Compiles on a tiny problem first so the first run's times exclude JIT."""
+    from topkbench.model import fit
+
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    y = np.ascontiguousarray(y, dtype=np.int64)
+    Xs, ys = make_gaussian_problem(12, 3, 4, 0)
+    for v in dict.fromkeys(r[2] for r in runs):
+        fit(Xs, ys, "wtopk_svm", k=2, C=C, fw=v, gamma=0.1, max_epochs=3, warn=False)
+    out = []
+    for panel, label, variant, gamma, weights in runs:
+        model = fit(
+            X, y, "wtopk_svm", k=k, C=C, gamma=gamma, weights=weights, fw=variant, eps=1e-300,
+            max_epochs=iters, warn=False,
+        )  # fmt: skip
+        for tp in model.trace:
+            out.append(
+                FWStudyPoint(
+                    panel,
+                    label,
+                    variant,
+                    gamma,
+                    weights,
+                    tp.epoch,
+                    tp.seconds,
+                    tp.primal,
+                    tp.dual,
+                    tp.primal - tp.dual,
+                    tp.relative_gap,
+                )  # fmt: skip
+            )
+    return out
+
+
+def kato_fig3(X, y, *, k=3, C=1.0, iters=300, gammas=KATO_FIG3_GAMMAS) -> list[FWStudyPoint]:
+    """Kato Fig. 3 (§7.2): the smoothed unweighted top-k hinge (eq. (25), flat weights) for
+    each smoothing gamma, by Std FW, AFW and PFW (panels (a)-(c)); gap vs iterations."""
+    runs = [
+        (FW_PANELS[v], f"gamma = {g:g}", v, float(g), "flat") for v in FW_PANELS for g in gammas
+    ]
+    return fw_study(X, y, runs, k=k, C=C, iters=iters)
+
+
+def kato_fig4(X, y, *, k=3, C=1.0, iters=300, variant="standard") -> list[FWStudyPoint]:
+    """Kato Fig. 4 (§7.3): flat, linear and exp weights (non-smooth), one Frank-Wolfe
+    variant; gap vs iterations."""
+    runs = [(FW_PANELS[variant], w, variant, 0.0, w) for w in ("flat", "linear", "exp")]
+    return fw_study(X, y, runs, k=k, C=C, iters=iters)
+
+
+def plot_fw_study(points: list[FWStudyPoint], path, title: str) -> None:
+    """One log-log panel per ``panel`` (gap vs iteration + 1), a line per ``label``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = list(dict.fromkeys(p.panel for p in points))
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 4.0), squeeze=False)
+    for ax, panel in zip(axes[0], panels, strict=True):
+        for label in dict.fromkeys(p.label for p in points if p.panel == panel):
+            pts = [p for p in points if p.panel == panel and p.label == label and p.gap > 0]
+            ax.loglog([p.iteration + 1 for p in pts], [p.gap for p in pts], label=label)
+        ax.set_title(panel)
+        ax.set_xlabel("iteration + 1")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    axes[0][0].set_ylabel("duality gap P - D (P(W) scale)")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def fw_study_summary(points: list[FWStudyPoint], target: float) -> list[dict]:
+    """Per run: first iteration and seconds with gap <= ``target`` (absolute, as Kato quotes
+    them), the final gap and relative gap."""
+    rows = []
+    runs = dict.fromkeys((p.panel, p.label) for p in points)
+    for panel, label in runs:
+        pts = [p for p in points if p.panel == panel and p.label == label]
+        hit = next((p for p in pts if p.gap <= target), None)
+        rows.append({
+            "panel": panel, "label": label,
+            "iterations_to_target": None if hit is None else hit.iteration,
+            "seconds_to_target": None if hit is None else hit.seconds,
+            "final_gap": pts[-1].gap, "final_relative_gap": pts[-1].relative_gap,
+            "iterations": pts[-1].iteration, "seconds": pts[-1].seconds,
+        })  # fmt: skip
+    return rows

@@ -498,6 +498,23 @@ def bench_bipartite_cmd(
     sys.stderr.write(f"written: {out}\n")
 
 
+def _study_problem(overrides, n: int, d: int, m: int, seed: int):
+    """The train split of the dataset the overrides select (dense), or the seeded Gaussian
+    problem (``bench.make_gaussian_problem``); with its display name."""
+    from topkbench.bench import make_gaussian_problem
+
+    if overrides:
+        from topkbench.config import TrainConfig
+        from topkbench.data.dataset import load_dataset
+
+        cfg = TrainConfig.from_dict(compose(list(overrides)))
+        ds = load_dataset(cfg.dataset, cfg.seed)
+        X, y = ds.splits["train"]
+        return (X.toarray() if hasattr(X, "toarray") else X), y, ds.name
+    X, y = make_gaussian_problem(n, d, m, seed)
+    return X, y, f"gaussian n={n} d={d} m={m}"
+
+
 @bench_app.command(
     "kato-fig2",
     help=(
@@ -528,20 +545,9 @@ def bench_kato_fig2_cmd(
     from rich.console import Console
     from rich.table import Table
 
-    from topkbench.bench import kato_fig2, make_gaussian_problem, plot_kato_fig2
+    from topkbench.bench import kato_fig2, plot_kato_fig2
 
-    if overrides:
-        from topkbench.config import TrainConfig
-        from topkbench.data.dataset import load_dataset
-
-        cfg = TrainConfig.from_dict(compose(list(overrides)))
-        ds = load_dataset(cfg.dataset, cfg.seed)
-        X, y = ds.splits["train"]
-        X = X.toarray() if hasattr(X, "toarray") else X
-        name = ds.name
-    else:
-        X, y = make_gaussian_problem(n, d, m, seed)
-        name = f"gaussian n={n} d={d} m={m}"
+    X, y, name = _study_problem(overrides, n, d, m, seed)
     points = kato_fig2(X, y, k=k, C=C, iters=iters, seed=seed)
     out.mkdir(parents=True, exist_ok=True)
     pd.DataFrame([asdict(p) for p in points]).to_csv(out / "kato_fig2.csv", index=False)
@@ -556,6 +562,108 @@ def bench_kato_fig2_cmd(
         )  # fmt: skip
     Console().print(t)
     sys.stderr.write(f"written: {out / 'kato_fig2.csv'}, {out / 'kato_fig2.png'}\n")
+
+
+def _fw_study_output(points, out: Path, stem: str, title: str, target: float) -> None:
+    """CSV + PNG of a Frank-Wolfe study and its summary table."""
+    from dataclasses import asdict
+
+    import pandas as pd
+    from rich.console import Console
+    from rich.table import Table
+
+    from topkbench.bench import fw_study_summary, plot_fw_study
+
+    out.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame([asdict(p) for p in points]).to_csv(out / f"{stem}.csv", index=False)
+    plot_fw_study(points, out / f"{stem}.png", title)
+    t = Table(
+        "panel", "run", f"iters to {target:g}", "s to it", "final gap", "rel. gap", "iters", "s",
+        title=f"first iterate with gap P - D <= {target:g}, and the last one",
+    )  # fmt: skip
+    for r in fw_study_summary(points, target):
+        hit = r["iterations_to_target"] is not None
+        t.add_row(
+            r["panel"], r["label"], str(r["iterations_to_target"]) if hit else "not reached",
+            f"{r['seconds_to_target']:.2f}" if hit else "", f"{r['final_gap']:.3e}",
+            f"{r['final_relative_gap']:.3e}", str(r["iterations"]), f"{r['seconds']:.2f}",
+        )  # fmt: skip
+    Console().print(t)
+    sys.stderr.write(f"written: {out / (stem + '.csv')}, {out / (stem + '.png')}\n")
+
+
+_STUDY_OVERRIDES_HELP = "Hydra overrides selecting a dataset (its train split), e.g. dataset=news20"
+
+
+@bench_app.command(
+    "kato-fig3",
+    help=(
+        "Kato & Hirohashi Fig. 3: duality gap vs iterations of the smoothed top-k hinge (Kato "
+        "eq. (25), flat weights) for each smoothing gamma (default 0, 1e-3, 1e-2, 1e-1), by "
+        "standard, away-step and pairwise Frank-Wolfe; k = 3, lambda = 1/n; CSV + PNG."
+    ),
+)
+@_handle_errors
+def bench_kato_fig3_cmd(
+    overrides: list[str] = typer.Argument(None, help=_STUDY_OVERRIDES_HELP),
+    n: int = typer.Option(1000, help="synthetic problem: examples"),
+    d: int = typer.Option(256, help="synthetic problem: features"),
+    m: int = typer.Option(10, help="synthetic problem: classes"),
+    k: int = typer.Option(3),
+    C: float = typer.Option(1.0, help="C = 1/(lambda n); Kato uses lambda = 1/n, i.e. C = 1"),
+    gammas: list[float] = typer.Option(
+        None, "--gamma", help="smoothing gamma (repeatable; default 0, 1e-3, 1e-2, 1e-1)"
+    ),
+    iters: int = typer.Option(300, help="Frank-Wolfe iterations per run (Kato: 1,000)"),
+    target: float = typer.Option(1e-3, help="absolute gap the summary times (Kato: 1e-3)"),
+    seed: int = typer.Option(0),
+    out: Path = typer.Option(Path("results/bench"), help="output directory"),
+) -> None:
+    _setup_logging(False)
+    from topkbench.bench import KATO_FIG3_GAMMAS, kato_fig3
+    from topkbench.validation import check_positive
+
+    for g in gammas or ():
+        check_positive("--gamma", g, allow_zero=True)
+    check_positive("C", C)
+    X, y, name = _study_problem(overrides, n, d, m, seed)
+    points = kato_fig3(X, y, k=k, C=C, iters=iters, gammas=tuple(gammas or KATO_FIG3_GAMMAS))
+    _fw_study_output(points, out, "kato_fig3", f"{name}, k = {k}, C = {C:g}", target)
+
+
+@bench_app.command(
+    "kato-fig4",
+    help=(
+        "Kato & Hirohashi Fig. 4: duality gap vs iterations of the weighted top-k hinge with "
+        "flat, linear and exp weights (Kato eq. (8), §7.3) by one Frank-Wolfe variant; "
+        "k = 3, lambda = 1/n; CSV + PNG."
+    ),
+)
+@_handle_errors
+def bench_kato_fig4_cmd(
+    overrides: list[str] = typer.Argument(None, help=_STUDY_OVERRIDES_HELP),
+    n: int = typer.Option(1000, help="synthetic problem: examples"),
+    d: int = typer.Option(256, help="synthetic problem: features"),
+    m: int = typer.Option(10, help="synthetic problem: classes"),
+    k: int = typer.Option(3),
+    C: float = typer.Option(1.0, help="C = 1/(lambda n); Kato uses lambda = 1/n, i.e. C = 1"),
+    fw: str = typer.Option("standard", help="Frank-Wolfe variant: standard, away or pairwise"),
+    iters: int = typer.Option(300, help="Frank-Wolfe iterations per run (Kato: 1,000)"),
+    target: float = typer.Option(1e-3, help="absolute gap the summary times (Kato: 1e-3)"),
+    seed: int = typer.Option(0),
+    out: Path = typer.Option(Path("results/bench"), help="output directory"),
+) -> None:
+    _setup_logging(False)
+    from topkbench.bench import FW_PANELS, kato_fig4
+    from topkbench.errors import ConfigError
+    from topkbench.validation import check_positive
+
+    if fw not in FW_PANELS:
+        raise ConfigError(f"--fw must be one of {', '.join(FW_PANELS)}; got {fw!r}")
+    check_positive("C", C)
+    X, y, name = _study_problem(overrides, n, d, m, seed)
+    points = kato_fig4(X, y, k=k, C=C, iters=iters, variant=fw)
+    _fw_study_output(points, out, "kato_fig4", f"{name}, k = {k}, C = {C:g}", target)
 
 
 @bench_app.command(
