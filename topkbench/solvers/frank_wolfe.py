@@ -15,7 +15,7 @@ Gram ``K + (gamma/C) I``; nothing augmented is ever formed.
 
 * **Gradient** ``G_i = e_{y_i} - s~_i``; the **vertex** maximizing ``<G, U>`` is
   ``U_i = -C grad Phi(s~_i)`` (Kato Lemma 3 / eq. (24), a subgradient of the weighted hinge;
-  ``topkbench.kernels.wtopk``), O(m log m) per example.
+  ``topkbench.kernels.wtopk``), O(m K) per example (insertion; a sort for K > 32).
 * **Gap**: ``<G, U - A>`` equals ``P^(W~) - D^(A)`` with ``P^ = 1/2 ||W~||^2 + C sum_i
   Phi(s~_i)`` (Kato eq. (27)); it is the stopping rule.  For gamma = 0, P^ is exactly P(W)/lambda.
   For gamma > 0, P^(W~) >= P_smooth(W) (the Moreau envelope is the minimum over the augmented
