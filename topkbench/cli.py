@@ -498,6 +498,17 @@ def bench_bipartite_cmd(
     sys.stderr.write(f"written: {out}\n")
 
 
+_STUDY_OVERRIDES_HELP = "Hydra overrides selecting a dataset (its train split), e.g. dataset=news20"
+# options shared by the Kato studies (typer reads these defaults; they are never mutated)
+_N_OPT = typer.Option(1000, help="synthetic problem: examples (FMD-sized by default)")
+_D_OPT = typer.Option(256, help="synthetic problem: features")
+_M_OPT = typer.Option(10, help="synthetic problem: classes")
+_C_OPT = typer.Option(1.0, help="C = 1/(lambda n); Kato uses lambda = 1/n, i.e. C = 1")
+_FW_ITERS_OPT = typer.Option(300, help="Frank-Wolfe iterations per run (Kato: 1,000)")
+_TARGET_OPT = typer.Option(1e-3, help="absolute gap the summary times (Kato: 1e-3)")
+_OUT_OPT = typer.Option(Path("results/bench"), help="output directory")
+
+
 def _study_problem(overrides, n: int, d: int, m: int, seed: int):
     """The train split of the dataset the overrides select (dense), or the seeded Gaussian
     problem (``bench.make_gaussian_problem``); with its display name."""
@@ -528,15 +539,15 @@ def bench_kato_fig2_cmd(
     overrides: list[str] = typer.Argument(
         None, help="Hydra overrides selecting a dataset (its train split), e.g. dataset=letter"
     ),
-    n: int = typer.Option(1000, help="synthetic problem: examples (FMD-sized by default)"),
-    d: int = typer.Option(256, help="synthetic problem: features"),
-    m: int = typer.Option(10, help="synthetic problem: classes"),
+    n: int = _N_OPT,
+    d: int = _D_OPT,
+    m: int = _M_OPT,
     k: int = typer.Option(3),
-    C: float = typer.Option(1.0, help="C = 1/(lambda n); Kato uses lambda = 1/n, i.e. C = 1"),
+    C: float = _C_OPT,
     iters: int = typer.Option(300, help="SDCA epochs / Frank-Wolfe iterations per solver"),
     budget: float = typer.Option(2.0, help="CPU seconds at which the summary reads each gap"),
     seed: int = typer.Option(0),
-    out: Path = typer.Option(Path("results/bench"), help="output directory"),
+    out: Path = _OUT_OPT,
 ) -> None:
     _setup_logging(False)
     from dataclasses import asdict
@@ -592,9 +603,6 @@ def _fw_study_output(points, out: Path, stem: str, title: str, target: float) ->
     sys.stderr.write(f"written: {out / (stem + '.csv')}, {out / (stem + '.png')}\n")
 
 
-_STUDY_OVERRIDES_HELP = "Hydra overrides selecting a dataset (its train split), e.g. dataset=news20"
-
-
 @bench_app.command(
     "kato-fig3",
     help=(
@@ -606,18 +614,18 @@ _STUDY_OVERRIDES_HELP = "Hydra overrides selecting a dataset (its train split), 
 @_handle_errors
 def bench_kato_fig3_cmd(
     overrides: list[str] = typer.Argument(None, help=_STUDY_OVERRIDES_HELP),
-    n: int = typer.Option(1000, help="synthetic problem: examples"),
-    d: int = typer.Option(256, help="synthetic problem: features"),
-    m: int = typer.Option(10, help="synthetic problem: classes"),
+    n: int = _N_OPT,
+    d: int = _D_OPT,
+    m: int = _M_OPT,
     k: int = typer.Option(3),
-    C: float = typer.Option(1.0, help="C = 1/(lambda n); Kato uses lambda = 1/n, i.e. C = 1"),
+    C: float = _C_OPT,
     gammas: list[float] = typer.Option(
         None, "--gamma", help="smoothing gamma (repeatable; default 0, 1e-3, 1e-2, 1e-1)"
     ),
-    iters: int = typer.Option(300, help="Frank-Wolfe iterations per run (Kato: 1,000)"),
-    target: float = typer.Option(1e-3, help="absolute gap the summary times (Kato: 1e-3)"),
+    iters: int = _FW_ITERS_OPT,
+    target: float = _TARGET_OPT,
     seed: int = typer.Option(0),
-    out: Path = typer.Option(Path("results/bench"), help="output directory"),
+    out: Path = _OUT_OPT,
 ) -> None:
     _setup_logging(False)
     from topkbench.bench import KATO_FIG3_GAMMAS, kato_fig3
@@ -642,16 +650,16 @@ def bench_kato_fig3_cmd(
 @_handle_errors
 def bench_kato_fig4_cmd(
     overrides: list[str] = typer.Argument(None, help=_STUDY_OVERRIDES_HELP),
-    n: int = typer.Option(1000, help="synthetic problem: examples"),
-    d: int = typer.Option(256, help="synthetic problem: features"),
-    m: int = typer.Option(10, help="synthetic problem: classes"),
+    n: int = _N_OPT,
+    d: int = _D_OPT,
+    m: int = _M_OPT,
     k: int = typer.Option(3),
-    C: float = typer.Option(1.0, help="C = 1/(lambda n); Kato uses lambda = 1/n, i.e. C = 1"),
+    C: float = _C_OPT,
     fw: str = typer.Option("standard", help="Frank-Wolfe variant: standard, away or pairwise"),
-    iters: int = typer.Option(300, help="Frank-Wolfe iterations per run (Kato: 1,000)"),
-    target: float = typer.Option(1e-3, help="absolute gap the summary times (Kato: 1e-3)"),
+    iters: int = _FW_ITERS_OPT,
+    target: float = _TARGET_OPT,
     seed: int = typer.Option(0),
-    out: Path = typer.Option(Path("results/bench"), help="output directory"),
+    out: Path = _OUT_OPT,
 ) -> None:
     _setup_logging(False)
     from topkbench.bench import FW_PANELS, kato_fig4

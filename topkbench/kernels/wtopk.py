@@ -183,42 +183,47 @@ def compact_active(atoms, weights, hashes, size, tol):
 
 
 @njit(cache=True)
+def _atom_row_coefs(atom_row, yi, rho, C, cols, coefs):
+    """The non-zeros of one example's block of an atom's matrix: ``cols[:q]``, ``coefs[:q]``
+    (at most K + 1, the label column last); returns q."""
+    q = 0
+    cy = 0.0
+    for r in range(atom_row.shape[0]):
+        j = atom_row[r]
+        if j < 0:
+            break
+        if j != yi:
+            cols[q] = j
+            coefs[q] = -C * rho[r]
+            cy += C * rho[r]
+            q += 1
+    if cy != 0.0:
+        cols[q] = yi
+        coefs[q] = cy
+        q += 1
+    return q
+
+
+@njit(cache=True)
 def atom_xt_dense(atom, y, rho, C, X, outT):
     """``outT += (X^T V)^T = V^T X`` for the atom's matrix V (n x m) and dense X (n x p);
     ``outT`` is m x p.  With X a symmetric Gram matrix this is ``(K V)^T``."""
-    p = X.shape[1]
+    cols = np.empty(atom.shape[1] + 1, dtype=np.int64)
+    coefs = np.empty(atom.shape[1] + 1)
     for i in range(atom.shape[0]):
-        yi = y[i]
-        cy = 0.0
-        for r in range(atom.shape[1]):
-            j = atom[i, r]
-            if j < 0:
-                break
-            if j != yi:
-                c = C * rho[r]
-                cy += c
-                for q in range(p):
-                    outT[j, q] -= c * X[i, q]
-        if cy != 0.0:
-            for q in range(p):
-                outT[yi, q] += cy * X[i, q]
+        for a in range(_atom_row_coefs(atom[i], y[i], rho, C, cols, coefs)):
+            j, c = cols[a], coefs[a]
+            for q in range(X.shape[1]):
+                outT[j, q] += c * X[i, q]
 
 
 @njit(cache=True)
 def atom_xt_csr(atom, y, rho, C, indptr, indices, data, outT):
     """``atom_xt_dense`` for CSR features."""
+    cols = np.empty(atom.shape[1] + 1, dtype=np.int64)
+    coefs = np.empty(atom.shape[1] + 1)
     for i in range(atom.shape[0]):
-        yi = y[i]
-        cy = 0.0
-        for r in range(atom.shape[1]):
-            j = atom[i, r]
-            if j < 0:
-                break
-            if j != yi:
-                c = C * rho[r]
-                cy += c
-                for p in range(indptr[i], indptr[i + 1]):
-                    outT[j, indices[p]] -= c * data[p]
-        if cy != 0.0:
+        for a in range(_atom_row_coefs(atom[i], y[i], rho, C, cols, coefs)):
+            j, c = cols[a], coefs[a]
             for p in range(indptr[i], indptr[i + 1]):
-                outT[yi, indices[p]] += cy * data[p]
+                outT[j, indices[p]] += c * data[p]
