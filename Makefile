@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 N_JOBS ?= 2
 
-.PHONY: install test test-full lint reproduce-table3 reproduce-table5 smoke-table5 reproduce-table7 smoke-table7 reproduce-table10 reproduce-table11 reproduce-table12 smoke-table11 bench bench-table5 bench-bipartite clean-cache
+.PHONY: install test test-full lint reproduce-table3 reproduce-table5 smoke-table5 reproduce-table7 smoke-table7 reproduce-table10 reproduce-table11 reproduce-table12 smoke-table11 bench bench-table5 bench-bipartite bench-projections bench-kato clean-cache
 
 install:
 	$(PY) -m venv $(VENV)
@@ -68,6 +68,16 @@ smoke-table11:
 
 bench-bipartite:
 	$(BIN)/topkbench bench bipartite
+
+# TPAMI Fig. 3a (projection scaling, d = 10 ... 10^6, 1,000 problems each; about 15 min)
+bench-projections:
+	$(BIN)/topkbench bench projections
+
+# Kato & Hirohashi Figs. 2-4 on the seeded synthetic problem (about a minute)
+bench-kato:
+	$(BIN)/topkbench bench kato-fig2
+	$(BIN)/topkbench bench kato-fig3
+	$(BIN)/topkbench bench kato-fig4
 
 bench-table5:
 	$(BIN)/topkbench bench table5 --n-jobs $(N_JOBS)

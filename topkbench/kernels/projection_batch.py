@@ -1,0 +1,62 @@
+"""Batched projections for ``topkbench bench projections`` (TPAMI 002 §5, Fig. 3a): one call
+projects every row of a batch, so the timing holds no Python call overhead per problem.
+
+Sets (``PROJ_*``), all with radius r (DESIGN §4; ``topkbench.kernels.topk``):
+the simplex ``{x >= 0, <1,x> = r}`` by Kiwiel's variable fixing (``projections``, the paper's
+"Delta"), the top-k simplex Delta_k^alpha(r), Delta_k^beta(r), D_k(r) (sort + sweep), and the
+top-k entropic prox of TPAMI Prop. 15 (``topk_entropy``, at ``alpha = r``).  Each problem
+computes its thresholds and applies them (writes x), as an SDCA update does.
+
+numba's disk cache sees edits in this file only: ``make clean-cache`` after editing a kernel
+these call.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from topkbench.kernels.projections import apply_threshold, simplex_threshold
+from topkbench.kernels.topk import (
+    SET_ALPHA,
+    SET_BETA,
+    SET_DK,
+    apply_box_threshold,
+    topk_threshold,
+)
+from topkbench.kernels.topk_entropy import topk_ent_prox
+
+PROJ_SIMPLEX = 0
+PROJ_ALPHA = 1
+PROJ_BETA = 2
+PROJ_DK = 3
+PROJ_TOPK_ENT = 4
+
+
+@njit(cache=True)
+def project_rows(kind, data, k, r, out):
+    """Project every row of ``data`` onto the set ``kind`` (module docstring), writing the
+    rows of ``out``; returns the sum of all coordinates of ``out`` (a checksum that keeps the
+    work observable)."""
+    n, d = data.shape
+    idx = np.empty(d, dtype=np.int64)
+    work = np.empty(d)
+    vals = np.empty(d)
+    total = 0.0
+    for i in range(n):
+        b = data[i]
+        x = out[i]
+        if kind == PROJ_SIMPLEX:
+            t = simplex_threshold(b, r, idx)
+            total += apply_threshold(b, t, x)
+        elif kind == PROJ_TOPK_ENT:
+            topk_ent_prox(b, r, k, x, vals, work, math.nan)
+            for j in range(d):
+                total += x[j]
+        else:
+            s = SET_ALPHA if kind == PROJ_ALPHA else (SET_BETA if kind == PROJ_BETA else SET_DK)
+            t, c, _ = topk_threshold(s, b, k, 0.0, r, work)
+            total += apply_box_threshold(b, t, c, x)
+    return total
