@@ -221,6 +221,19 @@ class BipartiteBenchRow:
     max_threshold_difference: float
 
 
+def normal_batches(rng, problems: int, d: int, batch_bytes: int, progress=None):
+    """``problems`` N(0, 1) vectors of length ``d`` from ``rng``, as row batches of at most
+    ``batch_bytes`` (at least one row); ``progress(d, done, problems)`` after each batch."""
+    per_batch = max(1, min(problems, batch_bytes // (8 * d)))
+    done = 0
+    while done < problems:
+        nb = min(per_batch, problems - done)
+        yield rng.normal(size=(nb, d))
+        done += nb
+        if progress is not None:
+            progress(d, done, problems)
+
+
 def bench_bipartite(
     dims=(10**3, 10**4, 10**5, 10**6),
     problems: int = 1000,
@@ -257,21 +270,14 @@ def bench_bipartite(
         d = int(d)
         if d < 2 or d % 2:
             raise ConfigError(f"bench bipartite: dimension d must be even and >= 2; got {d}")
-        per_batch = max(1, min(problems, batch_bytes // (8 * d)))
         t_sort = t_vf = 0.0
         worst = 0.0
-        done = 0
-        while done < problems:
-            nb = min(per_batch, problems - done)
-            data = rng.normal(size=(nb, d))
+        for data in normal_batches(rng, problems, d, batch_bytes, progress):
             ts, th_s = run(METHOD_SORTING, data)
             tv, th_v = run(METHOD_VARIABLE_FIXING, data)
             t_sort += ts
             t_vf += tv
             worst = max(worst, float(np.max(np.abs(th_s - th_v))))
-            done += nb
-            if progress is not None:
-                progress(d, done, problems)
         # the paper's figures are for its setting only (rho = 10, 1,000 problems)
         same = rho == 10.0 and problems == 1000
         paper = PAPER_TABLE2.get(d, (float("nan"),) * 3) if same else (float("nan"),) * 3
@@ -565,21 +571,14 @@ def bench_projections(
         if d < 2:
             raise ConfigError(f"bench projections: dimension d must be >= 2; got {d}")
         active = [mth for mth in methods if PROJECTION_METHODS[mth][1] < d]
-        per_batch = max(1, min(problems, batch_bytes // (8 * d)))
         spent = dict.fromkeys(active, 0.0)
-        done = 0
-        while done < problems:
-            nb = min(per_batch, problems - done)
-            data = rng.normal(size=(nb, d))
+        for data in normal_batches(rng, problems, d, batch_bytes, progress):
             out = np.empty_like(data)
             for name in active:
                 code, k = PROJECTION_METHODS[name]
                 t0 = time.perf_counter()
                 project_rows(code, data, k, radius, out)
                 spent[name] += time.perf_counter() - t0
-            done += nb
-            if progress is not None:
-                progress(d, done, problems)
         for name in active:
             s = spent[name]
             rows.append(ProjectionBenchRow(name, d, problems, s, s * 1000.0 / problems))
