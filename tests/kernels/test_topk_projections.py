@@ -63,7 +63,10 @@ from topkbench.kernels.topk import (
     box_sweep_sorted,
     cone_sweep_sorted,
     project,
+    select_top,
     topk_threshold,
+    topk_threshold_counted,
+    topk_threshold_sorted,
 )
 
 EPS = float(np.finfo(np.float64).eps)
@@ -710,3 +713,62 @@ def test_hand_computed_cases():
     # ties everywhere
     np.testing.assert_allclose(project(SET_ALPHA, np.full(5, 7.0), 2, 0.0, 1.0), 0.2)
     np.testing.assert_allclose(project(SET_DK, np.full(5, 7.0), 3, 0.0, 1.0), 0.2)
+
+
+# --- long vectors: candidate pre-selection (module docstring of topkbench.kernels.topk) -----
+
+
+def full_sort_thresholds(kind, b, k, rho, r):
+    bs = np.sort(b)[::-1].copy()
+    return topk_threshold_sorted(kind, bs, k, rho, r)
+
+
+@pytest.mark.parametrize("kind", ALL_KINDS, ids=lambda kd: KIND_NAMES[kd])
+@pytest.mark.parametrize(
+    "shape",
+    [
+        "normal",  # tiny support: one pass of select_top
+        "shifted",  # large radius / positive data: support of hundreds, q grows
+        "negative",  # T_k(b) <= 0: x = 0
+        "ties",  # many equal entries around the selection bar
+        "increasing",  # worst case for select_top: every entry raises the bar
+    ],
+)
+def test_preselection_equals_full_sort(kind, shape):
+    rng = np.random.default_rng(abs(hash((kind, shape))) % 2**32)
+    n = 3000
+    for trial in range(12):
+        k = int(rng.choice([1, 2, 3, 5, 10, 40]))
+        rho = float(rng.choice([0.0, 0.0, 1e-3, 1.0]))
+        r = float(rng.choice([1.0, 10.0, 1e3]))
+        b = rng.normal(size=n)
+        if shape == "shifted":
+            b = b + 3.0
+        elif shape == "negative":
+            b = -np.abs(b) - 1e-3
+        elif shape == "ties":
+            b = np.round(b * 2.0) / 2.0
+        elif shape == "increasing":
+            b = np.sort(b)
+        work = np.empty(n)
+        got = topk_threshold(kind, b, k, rho, r, work)
+        sorted_count = topk_threshold_counted(kind, b, k, rho, r, work)[3]
+        if shape in ("normal", "negative") and r == 1.0 and kind != SET_CONE:
+            assert sorted_count < n // 10  # the fast path, not the fallback
+        want = full_sort_thresholds(kind, b, k, rho, r)
+        msg = f"trial {trial}: k={k} rho={rho} r={r}"
+        x_got = np.clip(b - got[0], 0.0, got[1])
+        x_want = np.clip(b - want[0], 0.0, want[1])
+        scale = 1.0 + np.abs(b).max()
+        np.testing.assert_allclose(x_got, x_want, rtol=0, atol=64 * EPS * scale, err_msg=msg)
+        np.testing.assert_allclose(got[2], want[2], rtol=1e-12, atol=64 * EPS * scale, err_msg=msg)
+
+
+def test_select_top_returns_the_largest_in_order():
+    rng = np.random.default_rng(5)
+    for n, q in [(1000, 7), (1000, 400), (50, 100), (1000, 32)]:
+        for b in (rng.normal(size=n), np.sort(rng.normal(size=n)), np.round(rng.normal(size=n))):
+            buf = np.empty(max(2 * q, n))
+            qq = select_top(b, q, buf)
+            assert qq == min(q, n)
+            np.testing.assert_array_equal(buf[:qq], np.sort(b)[::-1][:qq])

@@ -10,8 +10,8 @@ Algorithm for ``t < -3`` (where the SDCA softmax updates spend most evaluations:
 ranges (checked against ``scipy.special.lambertw``: at most 1 ulp on a 4,001-point grid), and
 the evaluation costs one ``exp`` and a short polynomial instead of four logarithms.
 
-Algorithm otherwise: Winitzki's closed-form start ``L (1 - log(1+L)/(2+L))`` with ``L = log(1 + e^t)``
-(computed without overflow), then two steps of Fritsch's fourth-order iteration
+Algorithm otherwise: Winitzki's closed-form start ``L (1 - log(1+L)/(2+L))`` with
+``L = log(1 + e^t)`` (computed without overflow), then two steps of Fritsch's fourth-order iteration
 (Fritsch, Shafer & Crowley 1973), written in terms of ``t`` so that ``exp(t)`` is never formed
 for large ``t``. Accuracy is tested
 against ``scipy.special.lambertw(exp(t))`` in ``tests/kernels/test_lambertw.py``.
