@@ -396,56 +396,116 @@ def report(
     sys.stderr.write("written: " + ", ".join(str(p) for p in paths) + "\n")
 
 
-@bench_app.command("sdca", help="Seconds per SDCA epoch and GFLOP/s vs the 4 n d m flop count.")
+@bench_app.command(
+    "sdca",
+    help="Seconds per SDCA epoch, GFLOP/s and the multiple of the 4 n d m flop bound at the "
+    "measured single-core peak (dgemm); then (TPAMI Fig. 3b/3c) every method run to relative "
+    "gap --eps: epochs and wall time, relative gap and validation top-1 against time (PNG).",
+)
 @_handle_errors
 def bench_sdca_cmd(
     n: int = typer.Option(20_000, help="examples"),
     d: int = typer.Option(128, help="features"),
     m: int = typer.Option(100, help="classes"),
     epochs: int = typer.Option(5, help="epochs timed per method (median reported)"),
-    C: float = typer.Option(1.0, help="C = 1/(lambda n)"),
+    C: float = typer.Option(1.0, help="C = 1/(lambda n) of the epoch timing"),
     seed: int = typer.Option(0),
     method: list[str] = typer.Option(
         None,
         "--method",
         help="name[:gamma[:k]], repeatable (default: every SDCA loss, top-k ones at k = 5)",
     ),
-    out: Path = typer.Option(Path("results/bench/sdca.csv"), help="CSV output"),
+    converge: bool = typer.Option(True, help="also run the time-to-eps study (Fig. 3b/3c)"),
+    eps: float = typer.Option(1e-3, help="relative duality gap of the time-to-eps study"),
+    conv_C: float = typer.Option(0.1, "--conv-C", help="C of the time-to-eps study"),
+    separation: float = typer.Option(
+        0.2, help="class-mean scale of the study's problem (1 = the timing problem)"
+    ),
+    max_epochs: int = typer.Option(200, help="epoch budget per method of the study"),
+    time_limit: float = typer.Option(120.0, help="seconds budget per method of the study"),
+    out: Path = typer.Option(
+        Path("results/bench/sdca.csv"),
+        help="CSV output; the study writes sdca_convergence.csv, sdca_curves.csv and "
+        "sdca_convergence.png beside it",
+    ),
 ) -> None:
     import pandas as pd
     from rich.console import Console
     from rich.table import Table
 
-    from topkbench.bench import bench_sdca, parse_method_spec
+    from topkbench.bench import (
+        bench_sdca,
+        bench_sdca_convergence,
+        check_sdca_problem,
+        method_label,
+        parse_method_spec,
+        plot_sdca_convergence,
+    )
 
+    if converge:  # refuse the study's parameters before the (long) timing part
+        check_sdca_problem(n, d, m, conv_C, eps)
     methods = tuple(parse_method_spec(x) for x in method) if method else None
     rows = bench_sdca(n=n, d=d, m=m, epochs=epochs, C=C, seed=seed, methods=methods)
-    df = pd.DataFrame([r.__dict__ for r in rows])
     out.parent.mkdir(parents=True, exist_ok=True)
-    df.to_csv(out, index=False)
+    pd.DataFrame([r.__dict__ for r in rows]).to_csv(out, index=False)
+    console = Console()
     t = Table(
         "method",
-        "gamma",
-        "k",
         "n x d x m",
         "s/epoch (median)",
         "s/epoch (min)",
         "GFLOP/s",
+        "x bound",
         "gap after",
+        title=f"SDCA epochs, C = {C:g}; bound = 4 n d m flops at the measured peak "
+        f"{rows[0].peak_gflops:.1f} GFLOP/s (1-thread dgemm)",
     )
     for r in rows:
         t.add_row(
-            r.method,
-            f"{r.gamma:g}",
-            str(r.k),
+            method_label(r.method, r.gamma, r.k),
             f"{r.n}x{r.d}x{r.m}",
             f"{r.sec_per_epoch:.4f}",
             f"{r.sec_per_epoch_min:.4f}",
             f"{r.gflops:.2f}",
+            f"{r.times_bound:.1f}",
             f"{r.gap_after:.3g}",
         )
-    Console().print(t)
-    sys.stderr.write(f"written: {out}\n")
+    console.print(t)
+    written = [out]
+    if converge:
+        conv, curves = bench_sdca_convergence(
+            n=n, d=d, m=m, methods=methods, C=conv_C, eps=eps, max_epochs=max_epochs,
+            time_limit=time_limit, separation=separation, seed=seed,
+            progress=lambda msg: sys.stderr.write(f"\r{msg}    "),
+        )  # fmt: skip
+        sys.stderr.write("\n")
+        paths = [out.with_name(f"sdca_{x}") for x in ("convergence.csv", "curves.csv")]
+        pd.DataFrame([r.__dict__ for r in conv]).to_csv(paths[0], index=False)
+        pd.DataFrame([p.__dict__ for p in curves]).to_csv(paths[1], index=False)
+        png = out.with_name("sdca_convergence.png")
+        title = f"n={n}, d={d}, m={m}, C={conv_C:g}, separation {separation:g}"
+        plot_sdca_convergence(curves, eps, png, title)
+        written += [*paths, png]
+        t = Table(
+            "method",
+            "status",
+            "epochs",
+            "seconds",
+            "rel. gap",
+            "val top-1 %",
+            title=f"time to relative gap {eps:g} (C = {conv_C:g}, separation {separation:g})",
+        )
+        for r in conv:
+            t.add_row(
+                method_label(r.method, r.gamma, r.k),
+                r.status,
+                str(r.epochs),
+                f"{r.seconds:.2f}",
+                f"{r.relative_gap:.2g}",
+                f"{100 * r.val_top1:.1f}",
+            )
+        console.print(t)
+    sys.stderr.write("written: " + ", ".join(str(x) for x in written) + "\n")
 
 
 @bench_app.command(

@@ -1,0 +1,106 @@
+"""``topkbench bench sdca`` on tiny sizes: the epoch table's multiple of the flop bound, the
+time-to-eps study (TPAMI Fig. 3b/3c) reaching its gap with one curve point per epoch, the
+solver's ``on_eval`` hook, the CLI files, and refused parameters."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from topkbench.bench import (
+    bench_sdca,
+    bench_sdca_convergence,
+    make_gaussian_problem,
+    measure_peak_gflops,
+)
+from topkbench.cli import app
+from topkbench.errors import ConfigError
+from topkbench.solvers.sdca import solve_sdca
+
+METHODS = (("svm_multi", 0.0, 1), ("lr_multi", 0.0, 1), ("topk_svm_alpha", 0.5, 2))
+
+
+def test_epoch_rows_relate_time_to_the_flop_bound():
+    rows = bench_sdca(n=60, d=4, m=5, epochs=2, methods=METHODS, peak_gflops=7.0)
+    assert [(r.method, r.gamma, r.k) for r in rows] == list(METHODS)
+    for r in rows:
+        bound = 4.0 * 60 * 4 * 5 / 7e9
+        assert r.times_bound == pytest.approx(r.sec_per_epoch / bound)
+        assert r.gflops == pytest.approx(4.0 * 60 * 4 * 5 / r.sec_per_epoch / 1e9)
+        assert r.sec_per_epoch_min <= r.sec_per_epoch
+
+
+def test_peak_is_a_positive_rate():
+    assert 0.01 < measure_peak_gflops(size=64, repeats=2) < 1e5
+
+
+def test_convergence_study_reaches_eps_with_one_point_per_epoch():
+    rows, points = bench_sdca_convergence(
+        n=120, d=6, m=4, methods=METHODS, C=0.5, eps=1e-3, max_epochs=500, n_val=40
+    )
+    assert len(rows) == len(METHODS)
+    for r in rows:
+        assert r.status == "converged" and r.relative_gap <= 1e-3
+        assert 0.0 <= r.val_top1 <= 1.0
+        label_pts = [p for p in points if p.epoch <= r.epochs and p.label.startswith(r.method)]
+        assert label_pts
+    for label in {p.label for p in points}:
+        pts = [p for p in points if p.label == label]
+        assert [p.epoch for p in pts] == list(range(len(pts)))
+        assert all(b.seconds >= a.seconds for a, b in zip(pts, pts[1:], strict=False))
+        assert pts[-1].relative_gap <= 1e-3 < pts[0].relative_gap
+
+
+def test_on_eval_sees_every_trace_point_with_a_consistent_W():
+    X, y = make_gaussian_problem(50, 5, 3, seed=1, separation=0.3)
+    seen = []
+
+    def on_eval(epoch, A, W):
+        np.testing.assert_allclose(W, X.T @ A, atol=1e-12)
+        seen.append(epoch)
+
+    res = solve_sdca(X, y, n_classes=3, loss_id=0, C=1.0, eps=1e-6, on_eval=on_eval)
+    assert seen == [tp.epoch for tp in res.trace]
+
+
+def test_separation_one_keeps_the_timing_problem():
+    a = make_gaussian_problem(30, 4, 3, seed=2)
+    b = make_gaussian_problem(30, 4, 3, seed=2, separation=1.0)
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[1], b[1])
+
+
+def test_cli_writes_tables_and_plot(tmp_path):
+    out = tmp_path / "sdca.csv"
+    args = ["bench", "sdca", "--n", "80", "--d", "5", "--m", "4", "--epochs", "1"]
+    args += ["--method", "svm_multi", "--method", "lr_multi", "--conv-C", "0.5"]
+    res = CliRunner().invoke(app, [*args, "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "x bound" in res.output and "time to relative gap" in res.output
+    assert len(pd.read_csv(out)) == 2
+    conv = pd.read_csv(tmp_path / "sdca_convergence.csv")
+    assert (conv["status"] == "converged").all()
+    curves = pd.read_csv(tmp_path / "sdca_curves.csv")
+    assert set(curves["label"]) == {"svm_multi", "lr_multi"}
+    assert (tmp_path / "sdca_convergence.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(C=0.0), "C must be a finite number > 0"),
+        (dict(m=1), "m must be >= 2"),
+        (dict(epochs=0), "epochs must be >= 1"),
+    ],
+)
+def test_bad_parameters_are_refused(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        bench_sdca(**{"n": 10, "d": 2, "m": 3, **kwargs})
+
+
+def test_cli_refuses_bad_eps(tmp_path):
+    args = ["bench", "sdca", "--n", "20", "--d", "2", "--m", "3", "--epochs", "1"]
+    res = CliRunner().invoke(app, [*args, "--eps", "-1", "--out", str(tmp_path / "s.csv")])
+    assert res.exit_code != 0 and "eps must be a finite number > 0" in res.output
