@@ -83,7 +83,7 @@ class Model:
                 )
             from topkbench.gram import rbf_kernel
 
-            X = check_features(X)
+            X = check_features(X).astype(np.float64, copy=False)
             K = rbf_kernel(X, self.X_train, theta=self.theta)
         K = np.asarray(K, dtype=np.float64)
         if K.ndim != 2 or K.shape[1] != n_train:
@@ -168,6 +168,8 @@ def fit(
         if X is None:
             raise InputError("fit needs features X or a Gram matrix K=")
         X = check_features(X)
+        if X.dtype == np.float32 and (spec.solver != "sdca" or kernel == "rbf"):
+            X = X.astype(np.float64)  # float32 is an SDCA (linear) option
         n_rows = X.shape[0]
         if kernel not in (None, "linear", "rbf"):
             raise ConfigError(f"kernel must be 'linear' or 'rbf'; got {kernel!r}")

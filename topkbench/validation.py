@@ -11,14 +11,29 @@ import scipy.sparse as sp
 from topkbench.errors import ConfigError, InputError
 
 
+def _first_nonfinite(values, rows: int = 16_384):
+    """Index of the first NaN/Inf of a dense 1-D or 2-D array (None if none), checked by row
+    blocks so that a large (memory-mapped) matrix needs no n x d temporary."""
+    for a in range(0, values.shape[0], rows):
+        bad = ~np.isfinite(values[a : a + rows])
+        if bad.any():
+            pos = np.argwhere(bad)[0]
+            pos[0] += a
+            return tuple(int(v) for v in pos)
+    return None
+
+
 def check_features(X, name: str = "X"):
-    """Return X as float64 ndarray or CSR; refuse NaN/Inf, wrong rank, empty input."""
+    """Return X as a float64 ndarray or CSR, or as is when it is a dense float32 array (a
+    memory-mapped float32 matrix is not copied; SDCA trains on it directly); refuse NaN/Inf,
+    wrong rank, empty input."""
     if sp.issparse(X):
         X = sp.csr_matrix(X, dtype=np.float64)
         values = X.data
     else:
+        keep32 = isinstance(X, np.ndarray) and X.dtype == np.float32
         try:
-            X = np.asarray(X, dtype=np.float64)
+            X = X if keep32 else np.asarray(X, dtype=np.float64)
         except (TypeError, ValueError) as exc:
             raise InputError(f"{name} must be a numeric array: {exc}") from None
         values = X
@@ -26,15 +41,15 @@ def check_features(X, name: str = "X"):
         raise InputError(f"{name} must be 2-D (n_samples x n_features), got {X.ndim}-D")
     if X.shape[0] == 0:
         raise InputError(f"{name} has no rows")
-    finite = np.isfinite(values)
-    if not finite.all():
+    first = _first_nonfinite(values)
+    if first is not None:
         if sp.issparse(X):
-            pos = int(np.flatnonzero(~finite)[0])
+            pos = first[0]
             row = int(np.searchsorted(X.indptr, pos, side="right") - 1)
             col = int(X.indices[pos])
             bad = values[pos]
         else:
-            row, col = (int(v) for v in np.argwhere(~finite)[0])
+            row, col = first
             bad = values[row, col]
         raise InputError(
             f"{name} contains {bad} at row {row}, column {col}; "

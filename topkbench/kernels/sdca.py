@@ -508,17 +508,18 @@ def neg_conjugate_value(loss, y, a, C, gamma, k):
 
 
 @njit(cache=True)
-def objective_terms(S, yptr, yidx, A, loss, C, gamma, k):
-    """Return ``(sum_i L(Y_i, S_i), sum_i -L*(Y_i, -A_i / C))`` for scores ``S`` (n x m) and
-    labels in CSR form (see :func:`sdca_epochs_dense`)."""
+def objective_terms(S, yptr, yidx, A, loss, C, gamma, k, lsum0, csum0):
+    """Return ``(lsum0 + sum_i L(Y_i, S_i), csum0 + sum_i -L*(Y_i, -A_i / C))`` for scores
+    ``S`` (n x m) and labels in CSR form (see :func:`sdca_epochs_dense`); the running sums
+    ``lsum0``, ``csum0`` let callers go through the rows in blocks."""
     n, m = S.shape
     work = np.empty(m)
     srt = np.empty(m)
     idx = np.empty(m, dtype=np.int64)
     mask = np.zeros(m, dtype=np.bool_)
     ml = is_multilabel(loss)
-    lsum = 0.0
-    csum = 0.0
+    lsum = lsum0
+    csum = csum0
     for i in range(n):
         if ml:
             labels = yidx[yptr[i] : yptr[i + 1]]

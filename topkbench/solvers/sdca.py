@@ -58,12 +58,41 @@ def relative_gap(primal: float, dual: float) -> float:
 
 
 def _as_features(X):
-    """Return ("dense", X) as C-contiguous float64 or ("csr", (indptr, indices, data))."""
+    """Return ("dense", X) as C-contiguous float64 (float32 kept: the epoch kernels accumulate
+    in float64, and a float32 memory-mapped matrix is used without a copy) or ("csr", X)."""
     if sp.issparse(X):
         Xc = sp.csr_matrix(X, dtype=np.float64)
         Xc.sum_duplicates()
         return "csr", Xc
-    return "dense", np.ascontiguousarray(X, dtype=np.float64)
+    dtype = np.float32 if getattr(X, "dtype", None) == np.float32 else np.float64
+    return "dense", np.ascontiguousarray(X, dtype=dtype)
+
+
+# Row blocks of the n x d / n x m products when a full float64 temporary would be large
+# (float32 features, or an n x m score matrix above _BLOCK_ENTRIES): memory at n = 10^6 stays
+# ~ the features plus A (issue 7), and small problems keep the single BLAS call.
+ROW_BLOCK = 16_384
+_BLOCK_ENTRIES = 1 << 24
+
+
+def _blocked(X, width: int) -> bool:
+    return (not sp.issparse(X) and X.dtype != np.float64) or X.shape[0] * width > _BLOCK_ENTRIES
+
+
+def _rows64(X, a: int, b: int):
+    """Rows ``a:b`` of dense or CSR ``X``, dense float64 rows as float64 (no copy if already)."""
+    return X[a:b] if sp.issparse(X) else np.asarray(X[a:b], dtype=np.float64)
+
+
+def features_t_dot(X, A) -> np.ndarray:
+    """``X^T A`` as a C-contiguous float64 d x m matrix, by row blocks when :func:`_blocked`."""
+    if not _blocked(X, A.shape[1]):
+        return np.ascontiguousarray(X.T @ A, dtype=np.float64)
+    out = np.zeros((X.shape[1], A.shape[1]))
+    for a in range(0, X.shape[0], ROW_BLOCK):
+        b = min(a + ROW_BLOCK, X.shape[0])
+        out += np.asarray(_rows64(X, a, b).T @ A[a:b])
+    return out
 
 
 def as_label_csr(y) -> tuple[np.ndarray, np.ndarray]:
@@ -83,17 +112,38 @@ def as_label_csr(y) -> tuple[np.ndarray, np.ndarray]:
 
 
 def row_sqnorms(X) -> np.ndarray:
+    """``||x_i||^2`` in float64 (float32 rows are widened block by block)."""
     if sp.issparse(X):
         return np.asarray(X.multiply(X).sum(axis=1)).ravel().astype(np.float64)
-    return np.einsum("ij,ij->i", X, X)
+    if X.dtype == np.float64:
+        return np.einsum("ij,ij->i", X, X)
+    out = np.empty(X.shape[0])
+    for a in range(0, X.shape[0], ROW_BLOCK):
+        b = min(a + ROW_BLOCK, X.shape[0])
+        rows = _rows64(X, a, b)
+        out[a:b] = np.einsum("ij,ij->i", rows, rows)
+    return out
 
 
 def evaluate_objective(X, y, A, W, loss_id: int, C: float, gamma: float, k: int):
     """Return (P, D) in the P(W) scale of DESIGN §2 for dual ``A`` and primal ``W``;
-    ``y`` as accepted by :func:`as_label_csr`."""
+    ``y`` as accepted by :func:`as_label_csr`.  The scores ``X W`` are formed by row blocks
+    when :func:`_blocked` (the kernel carries its running sums across blocks, so the result
+    is the same as in one call)."""
     n = A.shape[0]
-    S = np.ascontiguousarray(X @ W, dtype=np.float64)
-    lsum, csum = _k.objective_terms(S, *as_label_csr(y), A, loss_id, C, gamma, k)
+    yptr, yidx = as_label_csr(y)
+    if not _blocked(X, W.shape[1]):
+        S = np.ascontiguousarray(X @ W, dtype=np.float64)
+        lsum, csum = _k.objective_terms(S, yptr, yidx, A, loss_id, C, gamma, k, 0.0, 0.0)
+    else:
+        lsum = csum = 0.0
+        for a in range(0, n, ROW_BLOCK):
+            b = min(a + ROW_BLOCK, n)
+            S = np.ascontiguousarray(_rows64(X, a, b) @ W, dtype=np.float64)
+            ptr = yptr[a : b + 1] - yptr[a]
+            lsum, csum = _k.objective_terms(
+                S, ptr, yidx[yptr[a] : yptr[b]], A[a:b], loss_id, C, gamma, k, lsum, csum
+            )
     half_sq = 0.5 * float(np.vdot(W, W))
     lam = 1.0 / (C * n)
     primal = lam * (half_sq + C * lsum)
@@ -105,7 +155,7 @@ def evaluate_objective_gram(K, y, A, loss_id: int, C: float, gamma: float, k: in
     """(P, D) in the P(W) scale from a Gram matrix: scores ``K A``, ``||W||^2 = <A, K A>``."""
     n = A.shape[0]
     S = np.ascontiguousarray(K @ A, dtype=np.float64)
-    lsum, csum = _k.objective_terms(S, *as_label_csr(y), A, loss_id, C, gamma, k)
+    lsum, csum = _k.objective_terms(S, *as_label_csr(y), A, loss_id, C, gamma, k, 0.0, 0.0)
     half_sq = 0.5 * float(np.vdot(A, S))
     lam = 1.0 / (C * n)
     return lam * (half_sq + C * lsum), lam * (C * csum - half_sq)
@@ -160,7 +210,7 @@ def solve_sdca(
             return evaluate_objective_gram(Xk, y, A, loss_id, C, gamma, k)
     else:
         sqnorms = row_sqnorms(Xk)
-        W = np.ascontiguousarray(Xk.T @ A, dtype=np.float64)
+        W = features_t_dot(Xk, A)
 
         def objective():
             return evaluate_objective(Xk, y, A, W, loss_id, C, gamma, k)
@@ -208,7 +258,7 @@ def solve_sdca(
         # resynchronize W = X^T A: D(A) is a certified lower bound only for the W that A
         # defines, and rank-1 updates accumulate rounding (A ~ C while W may be O(1))
         if W is not None:
-            W[...] = Xk.T @ A
+            W[...] = features_t_dot(Xk, A)
         primal, dual = objective()
         if not (np.isfinite(primal) and np.isfinite(dual)):
             raise SolverError(

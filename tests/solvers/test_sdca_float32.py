@@ -1,0 +1,65 @@
+"""float32 and memory-mapped features (issue 7, "memory at scale"): SDCA trains on a float32
+matrix without a float64 copy (the kernels accumulate in float64), the row-blocked products
+give the single-call results, and NaN checks and errors find the offending entry by blocks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import topkbench
+from topkbench.bench import make_gaussian_problem
+from topkbench.errors import InputError
+from topkbench.solvers import sdca as S
+from topkbench.validation import check_features
+
+
+@pytest.fixture(scope="module")
+def problem():
+    X, y = make_gaussian_problem(300, 6, 4, seed=3, separation=0.5)
+    return X.astype(np.float32), y
+
+
+def test_float32_fit_equals_the_float64_fit_of_the_same_values(problem):
+    X32, y = problem
+    m32 = topkbench.fit(X32, y, "lr_multi", C=1.0, eps=1e-10, seed=1)
+    m64 = topkbench.fit(X32.astype(np.float64), y, "lr_multi", C=1.0, eps=1e-10, seed=1)
+    assert m32.status == m64.status == "converged"
+    # the same arithmetic except W's resynchronization (blocked for float32): same optimum
+    assert m32.primal == pytest.approx(m64.primal, rel=1e-9)
+    np.testing.assert_allclose(m32.W, m64.W, rtol=1e-6, atol=1e-9)
+    assert m32.relative_gap <= 1e-10 and m32.epochs == m64.epochs
+
+
+def test_memmapped_float32_is_not_copied(tmp_path, problem):
+    X32, _ = problem
+    path = tmp_path / "X.npy"
+    np.save(path, X32)
+    mm = np.load(path, mmap_mode="r")
+    checked = check_features(mm)
+    kind, Xk = S._as_features(checked)
+    assert kind == "dense" and Xk.dtype == np.float32 and np.shares_memory(Xk, mm)
+
+
+def test_blocked_products_equal_single_calls(monkeypatch, problem):
+    X32, y = problem
+    X = X32.astype(np.float64)
+    rng = np.random.default_rng(0)
+    A = rng.normal(size=(300, 4))
+    W = rng.normal(size=(6, 4))
+    want_w = S.features_t_dot(X, A)
+    want_obj = S.evaluate_objective(X, y, A, W, 1, 0.7, 0.0, 1)
+    want_sq = S.row_sqnorms(X)
+    monkeypatch.setattr(S, "ROW_BLOCK", 64)
+    monkeypatch.setattr(S, "_BLOCK_ENTRIES", 10)  # force blocks of 64 rows
+    np.testing.assert_allclose(S.features_t_dot(X, A), want_w, rtol=1e-13, atol=1e-13)
+    got = S.evaluate_objective(X, y, A, W, 1, 0.7, 0.0, 1)
+    np.testing.assert_allclose(got, want_obj, rtol=1e-13)
+    np.testing.assert_allclose(S.row_sqnorms(X32), want_sq, rtol=1e-15)
+
+
+def test_nonfinite_entry_is_located_past_the_first_block():
+    X = np.ones((40_000, 3), dtype=np.float32)
+    X[33_333, 2] = np.nan
+    with pytest.raises(InputError, match="contains nan at row 33333, column 2"):
+        check_features(X)
