@@ -19,7 +19,9 @@ Layout (the same names in an HDF5 file and in an ``.npz`` archive)::
 
 A bare ``.npy`` holds only the feature matrix; its labels come from a second ``.npy`` (the
 registry's ``labels:`` entry).  ``.npy`` features are memory-mapped (read-only), so a large
-matrix is not copied into every worker process.
+matrix is not copied into every worker process; so are HDF5 ``features`` stored contiguously
+(h5py's default layout: no chunking, no compression) as floats, through their byte offset in
+the file.  Chunked or compressed HDF5 features are read into memory.
 """
 
 from __future__ import annotations
@@ -156,6 +158,15 @@ def _finish(path: str, X, labels, image_ids, names, splits, primary=None) -> Fea
     return FeatureFile(X, y, path, ids, names, out_splits, prim)
 
 
+def _hdf5_matrix(path: Path, ds) -> np.ndarray:
+    """An HDF5 dataset as a read-only memory map when its bytes lie contiguously in the file
+    (module docstring), else read into memory."""
+    offset = ds.id.get_offset() if ds.chunks is None and ds.compression is None else None
+    if offset is not None and ds.dtype.kind == "f" and ds.dtype.isnative and ds.ndim == 2:
+        return np.memmap(path, dtype=ds.dtype, mode="r", offset=offset, shape=ds.shape)
+    return np.asarray(ds[()])
+
+
 def read_features(path: str | Path, labels: str | Path | None = None) -> FeatureFile:
     """Read a feature file in the layout of the module docstring."""
     path = Path(path)
@@ -175,7 +186,7 @@ def read_features(path: str | Path, labels: str | Path | None = None) -> Feature
                         f"missing dataset(s) {', '.join(missing)}; the file has: "
                         f"{', '.join(sorted(f)) or 'none'}",
                     )
-                X = np.asarray(f["features"][()])
+                X = _hdf5_matrix(path, f["features"])
                 y = f["labels"][()]
                 ids = f["image_ids"][()] if "image_ids" in f else None
                 names = f["label_names"][()] if "label_names" in f else None
