@@ -1,0 +1,68 @@
+"""The on-disk dataset cache (``load_dataset_cached``): dense matrices are stored as ``.npy``
+beside the pickle and come back memory-mapped, so the worker processes of a sweep share one
+copy (issue 7); sparse ones stay in the pickle; a missing matrix is a cache miss."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from topkbench.config import DatasetConfig
+from topkbench.data.dataset import _cache_path, load_dataset, load_dataset_cached
+
+
+@pytest.fixture
+def libsvm_cfg(tmp_path, monkeypatch):
+    monkeypatch.setenv("TOPKBENCH_DATA", str(tmp_path / "data"))
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 30), ("test", 12)):
+        lines = []
+        for i in range(n):
+            feats = " ".join(f"{j + 1}:{rng.normal():.6f}" for j in range(5))
+            lines.append(f"{1 + i % 3} {feats}")
+        (tmp_path / f"toy.{split}").write_text("\n".join(lines) + "\n")
+
+    def make(**extra):
+        files = {s: {"file": str(tmp_path / f"toy.{s}")} for s in ("train", "test")}
+        return DatasetConfig.from_dict({"name": "toy", "kind": "libsvm", "files": files, **extra})
+
+    return make
+
+
+def test_dense_splits_come_back_memory_mapped(libsvm_cfg):
+    cfg = libsvm_cfg(pca="nonsingular")
+    first = load_dataset_cached(cfg, 0)
+    path = _cache_path(cfg)
+    assert path.exists()
+    assert sorted(p.name for p in path.parent.glob("*.npy")) == [
+        f"{path.stem}.test.npy",
+        f"{path.stem}.train.npy",
+    ]
+    again = load_dataset_cached(cfg, 0)
+    fresh = load_dataset(cfg, 0)
+    for split in ("train", "test"):
+        X, y = again.splits[split]
+        assert isinstance(X, np.memmap) and not X.flags.writeable
+        np.testing.assert_array_equal(X, first.splits[split][0])
+        np.testing.assert_array_equal(X, fresh.splits[split][0])
+        np.testing.assert_array_equal(y, fresh.splits[split][1])
+    assert again.label_names == fresh.label_names
+
+
+def test_sparse_splits_stay_in_the_pickle(libsvm_cfg):
+    cfg = libsvm_cfg()
+    load_dataset_cached(cfg, 0)
+    assert not list(_cache_path(cfg).parent.glob("*.npy"))
+    X, _ = load_dataset_cached(cfg, 0).splits["train"]
+    assert sp.issparse(X)
+
+
+def test_a_missing_matrix_is_a_cache_miss(libsvm_cfg):
+    cfg = libsvm_cfg(pca="nonsingular")
+    load_dataset_cached(cfg, 0)
+    path = _cache_path(cfg)
+    (path.parent / f"{path.stem}.train.npy").unlink()
+    ds = load_dataset_cached(cfg, 0)  # rebuilt, not an error
+    np.testing.assert_array_equal(ds.splits["train"][0], load_dataset(cfg, 0).splits["train"][0])
+    assert (path.parent / f"{path.stem}.train.npy").exists()
