@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 N_JOBS ?= 2
 
-.PHONY: install test test-full lint reproduce-table3 reproduce-table5 smoke-table5 reproduce-table7 smoke-table7 reproduce-table10 reproduce-table11 reproduce-table12 smoke-table11 bench bench-table5 bench-bipartite bench-projections bench-kato bench-peers clean-cache
+.PHONY: install test test-full lint reproduce-table3 reproduce-table5 smoke-table5 reproduce-table7 smoke-table7 reproduce-table10 reproduce-table11 reproduce-table12 smoke-table11 bench bench-table5 bench-bipartite bench-projections bench-kato bench-peers bench-scale clean-cache
 
 install:
 	$(PY) -m venv $(VENV)
@@ -83,6 +83,11 @@ bench-kato:
 # the certified optimum, one core (n = 20,000, d = 128, m = 100; long: minutes per solver)
 bench-peers:
 	$(BIN)/topkbench bench peers
+
+# issue 7's memory run: n = 10^6, d = 128, m = 100 float32 features memory-mapped from .npy
+# (writes a 0.5 GB temporary file; reports epoch time and peak RSS)
+bench-scale:
+	$(BIN)/topkbench bench scale
 
 bench-table5:
 	$(BIN)/topkbench bench table5 --n-jobs $(N_JOBS)

@@ -32,6 +32,10 @@ app = typer.Typer(
 bench_app = typer.Typer(help="Benchmarks (print a table and write CSV under results/bench/).")
 # the output directory of every benchmark (typer reads the default; it is never mutated)
 _OUT_OPT = typer.Option(Path("results/bench"), help="output directory")
+# the issue 7 problem shape shared by bench sdca / scale / peers (d x m; n differs)
+_BENCH_D_OPT = typer.Option(128, help="features")
+_BENCH_M_OPT = typer.Option(100, help="classes")
+_METHOD_SPEC_HELP = "name[:gamma[:k]], repeatable"
 app.add_typer(bench_app, name="bench")
 data_app = typer.Typer(
     no_args_is_help=True,
@@ -405,15 +409,15 @@ def report(
 @_handle_errors
 def bench_sdca_cmd(
     n: int = typer.Option(20_000, help="examples"),
-    d: int = typer.Option(128, help="features"),
-    m: int = typer.Option(100, help="classes"),
+    d: int = _BENCH_D_OPT,
+    m: int = _BENCH_M_OPT,
     epochs: int = typer.Option(5, help="epochs timed per method (median reported)"),
     C: float = typer.Option(1.0, help="C = 1/(lambda n) of the epoch timing"),
     seed: int = typer.Option(0),
     method: list[str] = typer.Option(
         None,
         "--method",
-        help="name[:gamma[:k]], repeatable (default: every SDCA loss, top-k ones at k = 5)",
+        help=f"{_METHOD_SPEC_HELP} (default: every SDCA loss, top-k ones at k = 5)",
     ),
     converge: bool = typer.Option(True, help="also run the time-to-eps study (Fig. 3b/3c)"),
     eps: float = typer.Option(1e-3, help="relative duality gap of the time-to-eps study"),
@@ -517,14 +521,14 @@ def bench_sdca_cmd(
 @_handle_errors
 def bench_scale_cmd(
     n: int = typer.Option(1_000_000, help="examples"),
-    d: int = typer.Option(128, help="features"),
-    m: int = typer.Option(100, help="classes"),
+    d: int = _BENCH_D_OPT,
+    m: int = _BENCH_M_OPT,
     epochs: int = typer.Option(3, help="SDCA epochs (each followed by the gap certificate)"),
     C: float = typer.Option(1.0, help="C = 1/(lambda n)"),
     fmt: str = typer.Option("npy", "--format", help="npy or h5 (contiguous HDF5 dataset)"),
     seed: int = typer.Option(0),
     method: list[str] = typer.Option(
-        None, "--method", help="name[:gamma[:k]], repeatable (default: svm_multi)"
+        None, "--method", help=f"{_METHOD_SPEC_HELP} (default: svm_multi)"
     ),
     data_dir: Path = typer.Option(
         None, help="where to write the features (default: a temporary directory, removed)"
