@@ -66,3 +66,15 @@ def test_a_missing_matrix_is_a_cache_miss(libsvm_cfg):
     ds = load_dataset_cached(cfg, 0)  # rebuilt, not an error
     np.testing.assert_array_equal(ds.splits["train"][0], load_dataset(cfg, 0).splits["train"][0])
     assert (path.parent / f"{path.stem}.train.npy").exists()
+
+
+def test_float32_option_halves_dense_features(libsvm_cfg):
+    cfg = libsvm_cfg(pca="nonsingular", float32=True)
+    ds = load_dataset_cached(cfg, 0)
+    ref = load_dataset(libsvm_cfg(pca="nonsingular"), 0)
+    for split in ("train", "test"):
+        X = load_dataset_cached(cfg, 0).splits[split][0]
+        assert X.dtype == np.float32 and isinstance(X, np.memmap)
+        np.testing.assert_array_equal(ds.splits[split][0], ref.splits[split][0].astype(np.float32))
+    sparse = load_dataset(libsvm_cfg(float32=True), 0).splits["train"][0]
+    assert sp.issparse(sparse) and sparse.dtype == np.float64
