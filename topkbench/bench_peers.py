@@ -315,7 +315,7 @@ def bench_peers(
     seed: int = 0,
     tol: float = 1e-3,
     methods: tuple[str, ...] | None = None,
-    separation: float = 0.2,
+    separation: float = 0.5,
     cert_eps: float = 1e-7,
     cert_epochs: int = 10_000,
     cert_seconds: float = 300.0,

@@ -423,7 +423,7 @@ def bench_sdca_cmd(
     eps: float = typer.Option(1e-3, help="relative duality gap of the time-to-eps study"),
     conv_C: float = typer.Option(0.1, "--conv-C", help="C of the time-to-eps study"),
     separation: float = typer.Option(
-        0.2, help="class-mean scale of the study's problem (1 = the timing problem)"
+        0.5, help="class-mean scale of the study's problem (1 = the timing problem)"
     ),
     max_epochs: int = typer.Option(200, help="epoch budget per method of the study"),
     time_limit: float = typer.Option(120.0, help="seconds budget per method of the study"),
@@ -928,7 +928,7 @@ def bench_peers_cmd(
     m: int = typer.Option(100, help="classes (>= 3)"),
     C: float = typer.Option(0.1, help="C = 1/(lambda n); scikit-learn gets the same C"),
     separation: float = typer.Option(
-        0.2, help="class-mean scale (0.2: overlapping classes, as in bench sdca's study)"
+        0.5, help="class-mean scale (0.5: partly overlapping classes, as in bench sdca's study)"
     ),
     seed: int = typer.Option(0),
     tol: float = typer.Option(1e-3, help="relative suboptimality (P - P*)/|P*| to reach"),
