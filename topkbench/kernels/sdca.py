@@ -210,8 +210,8 @@ def update_block(loss, y, s, a, kii, C, gamma, k, out, work, vals, srt, idx, tro
 @njit(cache=True)
 def _scratch(m):
     """Per-call scratch of the epoch kernels (allocated once per call, not per example):
-    scores, new block, the ``work``, ``vals``, ``srt``, ``idx`` arrays of update_block, and
-    the all-False label mask of the multilabel updates."""
+    scores, new block, the ``work``, ``vals``, ``srt``, ``idx`` arrays of update_block, the
+    all-False label mask of the multilabel updates, and the block change ``delta``."""
     return (
         np.empty(m),
         np.empty(m),
@@ -220,6 +220,7 @@ def _scratch(m):
         np.empty(m),
         np.empty(m, dtype=np.int64),
         np.zeros(m, dtype=np.bool_),
+        np.empty(m),
     )
 
 
@@ -227,7 +228,7 @@ def _scratch(m):
 def _update(loss, yptr, yidx, i, s, a, kii, C, gamma, k, out, scratch, troots):
     """Dispatch one block update: labels of example ``i`` are ``yidx[yptr[i]:yptr[i+1]]``
     (exactly one for the multiclass losses)."""
-    _, _, work, vals, srt, idx, mask = scratch
+    _, _, work, vals, srt, idx, mask, _ = scratch
     if is_multilabel(loss):
         labels = yidx[yptr[i] : yptr[i + 1]]
         return update_block_ml(
@@ -251,6 +252,88 @@ def _store_block(A, i, new, delta):
     return changed
 
 
+# Dense passes over W (d x m, row-major: one feature's m weights are contiguous).  Each example
+# costs two passes, the scores s = W^T x_i and the rank-1 update W += x_i delta^T; W (100 KB at
+# d = 128, m = 100) lives in L2, so the epoch is bound by moving W, not by flops.  Two measures,
+# both keeping every sum in the order of the plain row-by-row loop (so results are bitwise the
+# same): the update of example i and the scores of the next example of the permutation share
+# one pass over W (fused), and each pass over the score vector takes four feature rows (the
+# score accumulators are loaded and stored once per four rows).  Measured on the bench sdca
+# problem: 0.064 -> 0.043 s for the bare passes of one epoch (README, "SDCA epochs").
+_ROWS = 4
+
+
+@njit(cache=True)
+def _scores_dense(X, i, W, s):
+    """``s = W^T x_i`` (sums in feature order)."""
+    d = X.shape[1]
+    m = W.shape[1]
+    for j in range(m):
+        s[j] = 0.0
+    f = 0
+    while f + _ROWS <= d:
+        x0 = X[i, f]
+        x1 = X[i, f + 1]
+        x2 = X[i, f + 2]
+        x3 = X[i, f + 3]
+        for j in range(m):
+            s[j] = (((s[j] + x0 * W[f, j]) + x1 * W[f + 1, j]) + x2 * W[f + 2, j]) + x3 * W[
+                f + 3, j
+            ]
+        f += _ROWS
+    while f < d:
+        xf = X[i, f]
+        for j in range(m):
+            s[j] += xf * W[f, j]
+        f += 1
+
+
+@njit(cache=True)
+def _update_scores_dense(X, i, delta, nxt, W, s):
+    """``W += x_i delta^T``, then ``s = W^T x_nxt`` with the new W, in one pass over W
+    (``nxt < 0``: the update only)."""
+    d = X.shape[1]
+    m = W.shape[1]
+    if nxt < 0:
+        for f in range(d):
+            xf = X[i, f]
+            for j in range(m):
+                W[f, j] += xf * delta[j]
+        return
+    for j in range(m):
+        s[j] = 0.0
+    f = 0
+    while f + _ROWS <= d:
+        x0 = X[i, f]
+        x1 = X[i, f + 1]
+        x2 = X[i, f + 2]
+        x3 = X[i, f + 3]
+        n0 = X[nxt, f]
+        n1 = X[nxt, f + 1]
+        n2 = X[nxt, f + 2]
+        n3 = X[nxt, f + 3]
+        for j in range(m):
+            dj = delta[j]
+            w0 = W[f, j] + x0 * dj
+            W[f, j] = w0
+            w1 = W[f + 1, j] + x1 * dj
+            W[f + 1, j] = w1
+            w2 = W[f + 2, j] + x2 * dj
+            W[f + 2, j] = w2
+            w3 = W[f + 3, j] + x3 * dj
+            W[f + 3, j] = w3
+            s[j] = (((s[j] + n0 * w0) + n1 * w1) + n2 * w2) + n3 * w3
+        f += _ROWS
+    while f < d:
+        xf = X[i, f]
+        xn = X[nxt, f]
+        for j in range(m):
+            w = W[f, j] + xf * delta[j]
+            W[f, j] = w
+            s[j] += xn * w
+        f += 1
+
+
 @njit(cache=True)
 def sdca_epochs_dense(X, yptr, yidx, sqnorms, A, W, perms, loss, C, gamma, k, troots):
     """Run ``perms.shape[0]`` SDCA epochs in place on dense ``X`` (n x d), ``W`` (d x m).
@@ -261,29 +344,28 @@ def sdca_epochs_dense(X, yptr, yidx, sqnorms, A, W, perms, loss, C, gamma, k, tr
     ``troots`` (length n, NaN-initialized, kept by the caller across calls) holds per-example
     starting points for the softmax root finding.  Returns the number of block updates whose
     inner root finding did not converge.
+
+    The rank-1 update of each example and the scores of the next one share a pass over W
+    (:func:`_update_scores_dense`); the arithmetic is that of the plain loop.
     """
     n_epochs = perms.shape[0]
-    d = X.shape[1]
-    m = W.shape[1]
-    scratch = _scratch(m)
-    s, new = scratch[0], scratch[1]
+    npe = perms.shape[1]
+    scratch = _scratch(W.shape[1])
+    s, new, delta = scratch[0], scratch[1], scratch[7]
     failures = 0
     for e in range(n_epochs):
-        for p in range(perms.shape[1]):
+        if npe == 0:
+            continue
+        _scores_dense(X, perms[e, 0], W, s)
+        for p in range(npe):
             i = perms[e, p]
-            for j in range(m):
-                s[j] = 0.0
-            for f in range(d):
-                xf = X[i, f]
-                for j in range(m):
-                    s[j] += xf * W[f, j]
+            nxt = perms[e, p + 1] if p + 1 < npe else -1
             if _update(loss, yptr, yidx, i, s, A[i], sqnorms[i], C, gamma, k, new, scratch, troots):
                 failures += 1
-            if _store_block(A, i, new, s):
-                for f in range(d):
-                    xf = X[i, f]
-                    for j in range(m):
-                        W[f, j] += xf * s[j]
+            if _store_block(A, i, new, delta):
+                _update_scores_dense(X, i, delta, nxt, W, s)
+            elif nxt >= 0:
+                _scores_dense(X, nxt, W, s)
     return failures
 
 
