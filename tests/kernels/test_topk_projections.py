@@ -56,14 +56,17 @@ from scipy.optimize import linprog
 
 from topkbench.kernels.projections import apply_threshold, simplex_biased_threshold
 from topkbench.kernels.topk import (
+    PRESELECT_MIN_N,
     SET_ALPHA,
     SET_BETA,
     SET_CONE,
     SET_DK,
     box_sweep_sorted,
     cone_sweep_sorted,
+    insert_top,
     project,
     select_top,
+    short_candidates,
     topk_threshold,
     topk_threshold_counted,
     topk_threshold_sorted,
@@ -734,9 +737,11 @@ def full_sort_thresholds(kind, b, k, rho, r):
         "increasing",  # worst case for select_top: every entry raises the bar
     ],
 )
-def test_preselection_equals_full_sort(kind, shape):
-    rng = np.random.default_rng(abs(hash((kind, shape))) % 2**32)
-    n = 3000
+@pytest.mark.parametrize("n", [3000, 99], ids=["long", "short"])
+def test_preselection_equals_full_sort(kind, shape, n):
+    """Long vectors go through select_top, short ones (n <= PRESELECT_MIN_N, the m - 1
+    margins of an SDCA update) through insert_top; both must give the full sort's result."""
+    rng = np.random.default_rng((abs(hash((kind, shape))) + n) % 2**32)
     for trial in range(12):
         k = int(rng.choice([1, 2, 3, 5, 10, 40]))
         rho = float(rng.choice([0.0, 0.0, 1e-3, 1.0]))
@@ -754,7 +759,10 @@ def test_preselection_equals_full_sort(kind, shape):
         got = topk_threshold(kind, b, k, rho, r, work)
         sorted_count = topk_threshold_counted(kind, b, k, rho, r, work)[3]
         if shape in ("normal", "negative") and r == 1.0 and kind != SET_CONE:
-            assert sorted_count < n // 10  # the fast path, not the fallback
+            if n > PRESELECT_MIN_N:
+                assert sorted_count < n // 10  # the fast path, not the fallback
+            elif short_candidates(k) < n:
+                assert sorted_count == short_candidates(k)
         want = full_sort_thresholds(kind, b, k, rho, r)
         msg = f"trial {trial}: k={k} rho={rho} r={r}"
         x_got = np.clip(b - got[0], 0.0, got[1])
@@ -762,6 +770,21 @@ def test_preselection_equals_full_sort(kind, shape):
         scale = 1.0 + np.abs(b).max()
         np.testing.assert_allclose(x_got, x_want, rtol=0, atol=64 * EPS * scale, err_msg=msg)
         np.testing.assert_allclose(got[2], want[2], rtol=1e-12, atol=64 * EPS * scale, err_msg=msg)
+
+
+def test_insert_top_returns_the_largest_in_order():
+    rng = np.random.default_rng(6)
+    for n, q in [(99, 1), (99, 18), (99, 99), (20, 50), (300, 7)]:
+        for b in (
+            rng.normal(size=n),
+            np.sort(rng.normal(size=n)),  # every entry is inserted
+            np.sort(rng.normal(size=n))[::-1].copy(),  # none after the first q
+            np.round(rng.normal(size=n)),  # ties
+        ):
+            buf = np.empty(max(q, n))
+            qq = insert_top(b, q, buf)
+            assert qq == min(q, n)
+            np.testing.assert_array_equal(buf[:qq], np.sort(b)[::-1][:qq])
 
 
 def test_select_top_returns_the_largest_in_order():

@@ -62,7 +62,7 @@ from topkbench.kernels.topk import (
     SET_ALPHA,
     SET_BETA,
     SET_DK,
-    sort_descending,
+    insert_top,
     topk_threshold,
 )
 from topkbench.kernels.topk_entropy import topk_ent_loss, topk_ent_prox
@@ -463,8 +463,8 @@ def _hinge_loss(loss, z, gamma, k, srt, idx):
                 if z[j] > mx:
                     mx = z[j]
             return mx
-        zs = srt[:n]
-        sort_descending(z, zs)
+        # only the k largest margins matter (T_{k-1}, T_k): select them, no full sort
+        zs = srt[: insert_top(z, k, srt)]
         if loss == LOSS_TOPK_SVM_BETA:
             total = 0.0
             for j in range(k):
