@@ -39,7 +39,7 @@ def softmax_prox_reference(b, alpha):
 def kernel_prox(b, alpha):
     b = np.ascontiguousarray(b, dtype=np.float64)
     vals = np.empty_like(b)
-    t, status = _entropic_root(b, float(alpha), vals, math.nan)
+    t, status = _entropic_root(b, float(alpha), vals, np.empty_like(b), math.nan)
     return t, status, vals / alpha
 
 

@@ -5,10 +5,10 @@ for ``t -> -inf`` and ``V(t) ~ t - log t`` for ``t -> +inf``.
 
 Algorithm for ``t < -3`` (where the SDCA softmax updates spend most evaluations: on the
 ``bench sdca`` problem the arguments of eq. (14) lie mostly in [-17, -5]): the Lagrange series
-``W0(x) = sum_{n>=1} (-n)^(n-1)/n! x^n`` at ``x = e^t`` (radius 1/e), by Horner, with 6 terms for
-``t < -8`` and 18 terms for ``t < -3``.  The first omitted term is below 1e-19 relative in both
-ranges (checked against ``scipy.special.lambertw``: at most 1 ulp on a 4,001-point grid), and
-the evaluation costs one ``exp`` and a short polynomial instead of four logarithms.
+``W0(x) = sum_{n>=1} (-n)^(n-1)/n! x^n`` at ``x = e^t`` (radius 1/e), 18 terms.  The first
+omitted term is below 1e-19 relative (checked against ``scipy.special.lambertw``: at most 1
+ulp on a 4,001-point grid), and the evaluation costs one ``exp`` and a short polynomial
+instead of four logarithms.
 
 Algorithm otherwise: Winitzki's closed-form start ``L (1 - log(1+L)/(2+L))`` with
 ``L = log(1 + e^t)`` (computed without overflow), then two steps of Fritsch's fourth-order iteration
@@ -28,17 +28,39 @@ from numba import njit
 _W_SERIES = np.array([(-n) ** (n - 1) / math.factorial(n) for n in range(1, 19)])
 
 
+SERIES_T_MAX = -3.0  # V(t) by the Lagrange series below this t
+
+# the coefficients as scalars (numba freezes them into the code)
+(_A0, _A1, _A2, _A3, _A4, _A5, _A6, _A7, _A8) = (float(c) for c in _W_SERIES[:9])
+(_A9, _A10, _A11, _A12, _A13, _A14, _A15, _A16, _A17) = (float(c) for c in _W_SERIES[9:])
+
+
+@njit(cache=True)
+def lambertw_series(x: float) -> float:
+    """V(t) for ``t < SERIES_T_MAX`` from ``x = e^t`` (callers that know e^t cheaply, such as
+    the softmax root finding, skip the ``exp``): the 18-term Lagrange series of the module
+    docstring, by Estrin's scheme (pairs, then powers x^2, x^4, x^8, x^16).  No branch on the
+    number of terms and a dependency chain of five levels instead of Horner's 18: the
+    evaluations of consecutive coordinates overlap in the CPU (15 -> 4 ns each measured)."""
+    x2 = x * x
+    x4 = x2 * x2
+    x8 = x4 * x4
+    x16 = x8 * x8
+    q0 = (_A0 + _A1 * x) + (_A2 + _A3 * x) * x2
+    q1 = (_A4 + _A5 * x) + (_A6 + _A7 * x) * x2
+    q2 = (_A8 + _A9 * x) + (_A10 + _A11 * x) * x2
+    q3 = (_A12 + _A13 * x) + (_A14 + _A15 * x) * x2
+    r0 = q0 + q1 * x4
+    r1 = q2 + q3 * x4
+    return x * ((r0 + r1 * x8) + (_A16 + _A17 * x) * x16)
+
+
 @njit(cache=True)
 def lambertw_exp(t: float) -> float:
     """Return V(t) = W0(e^t) for a scalar ``t`` (any float; ``nan`` propagates)."""
-    if t < -3.0:
+    if t < SERIES_T_MAX:
         # Lagrange series in x = e^t (module docstring); x <= e^-3 < 1/e
-        x = math.exp(t)
-        nt = 6 if t < -8.0 else 18
-        acc = _W_SERIES[nt - 1]
-        for q in range(nt - 2, -1, -1):
-            acc = acc * x + _W_SERIES[q]
-        return acc * x
+        return lambertw_series(math.exp(t))
     if t > 1e8:
         # asymptotic series V = t - log t + log t / t + O((log t / t)^2)
         ell = math.log(t)

@@ -189,7 +189,8 @@ def update_block_ml(loss, labels, s, a, kii, C, gamma, out, work, vals, idx, tro
                 shift = alpha * inv_k if mask[j] else 0.0
                 work[p] = (s[j] - kii * a[j]) - q0 + shift - alpha * inv_k + alpha
                 p += 1
-        t0, status = _entropic_root(work[: m - 1], alpha, vals, troots[i])
+        # out is free until the block is written below
+        t0, status = _entropic_root(work[: m - 1], alpha, vals, out, troots[i])
         troots[i] = t0
         from_root = vals[: m - 1]
         v0 = lambertw_exp(alpha - t0)

@@ -288,7 +288,7 @@ def _topk_ent_prox_raw(b, alpha, k, out, vals, srt, t_start):
         for j in range(n):
             out[j] = math.exp(min(b[j] - t, log_cap))
         return math.nan, STATUS_OK
-    t0, status = _entropic_root(b, alpha, vals, t_start)
+    t0, status = _entropic_root(b, alpha, vals, srt, t_start)  # srt is free until the sort
     total = 0.0
     mx = 0.0
     for j in range(n):
