@@ -53,7 +53,9 @@ def main() -> None:
                 f"epochs={f.epochs} ({f.status})"
             )
         ps = fits["topk_svm_alpha_pseudo"]
-        lsum, csum = objective_terms(X @ ps.W, *as_label_csr(y), ps.A, printed, C, 0.0, k, 0.0, 0.0)
+        lsum, csum = objective_terms(
+            X @ ps.W, *as_label_csr(y), ps.A, printed, C, 0.0, k, 0.0, 0.0, np.empty(0)
+        )
         half = 0.5 * float(np.vdot(ps.W, ps.W))
         P, D = lam * (half + C * lsum), lam * (C * csum - half)
         print(

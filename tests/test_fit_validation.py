@@ -226,6 +226,26 @@ def test_eval_every(data):
     assert [p.epoch for p in model.trace] == [0, 3, 6, 7]
 
 
+@pytest.mark.parametrize("bad", [0, -2, 1.5, "often", True])
+def test_eval_every_refuses_bad_values(data, bad):
+    X, y = data
+    with pytest.raises(ConfigError, match="eval_every must be 'auto' or an integer >= 1"):
+        topkbench.fit(X, y, "svm_multi", eval_every=bad)
+
+
+def test_eval_every_auto_is_reproducible(data):
+    """The default schedule uses no timings: the same call evaluates at the same epochs and
+    returns the same model (shrinking follows the evaluations)."""
+    X, y = data
+    runs = [topkbench.fit(X, y, "svm_multi", C=1.0, eps=1e-4, warn=False) for _ in range(2)]
+    epochs = [[p.epoch for p in r.trace] for r in runs]
+    assert epochs[0] == epochs[1] and len(epochs[0]) >= 3
+    assert np.array_equal(runs[0].A, runs[1].A)
+    assert runs[0].status == "converged" and runs[0].relative_gap <= 1e-4
+    every = topkbench.fit(X, y, "svm_multi", C=1.0, eps=1e-4, eval_every="3", warn=False)
+    assert [p.epoch for p in every.trace][:3] == [0, 3, 6]
+
+
 def test_zero_epochs_returns_the_starting_point(data):
     X, y = data
     model = topkbench.fit(X, y, "lr_multi", max_epochs=0, warn=False)

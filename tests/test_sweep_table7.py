@@ -270,6 +270,7 @@ def test_cardinality_threshold_rule(smoke):
     assert "match the training label cardinality" in rep.markdown
     recs = RecordStore(exp.results_dir, exp.name).load()
     cv = recs[(recs["fold"] != "refit") & (recs["row"] == "SVM^ML")]
+    refitted = 0
     for metric in ("hloss", "f1_micro"):
         got = rep.selected[(rep.selected["row"] == "SVM^ML") & (rep.selected["metric"] == metric)]
         got = got.iloc[0]
@@ -280,6 +281,13 @@ def test_cardinality_threshold_rule(smoke):
         refit = recs[
             (recs["fold"] == "refit") & (recs["row"] == "SVM^ML") & np.isclose(recs["C"], got["C"])
         ]
-        assert got["test"] == pytest.approx(float(refit[f"test_{metric}_card"].iloc[0]))
+        if refit.empty:
+            # refits run at the C values the sweep's own rule selects; a report under another
+            # rule shows no test value at a C only that rule picks (not a number from elsewhere)
+            assert np.isnan(got["test"])
+        else:
+            refitted += 1
+            assert got["test"] == pytest.approx(float(refit[f"test_{metric}_card"].iloc[0]))
+    assert refitted >= 1
     # the stored thresholds are finite and differ between folds (each split sets its own)
     assert np.isfinite(cv["val_delta_card"]).all() and cv["val_delta_card"].nunique() > 1

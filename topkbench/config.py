@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from topkbench.errors import ConfigError
+from topkbench.validation import check_eval_every
 
 DOC_KEYS = frozenset({"title", "paper", "description", "source", "splits_expected"})
 
@@ -58,7 +59,7 @@ class TrainConfig:
     eps: float = 1e-3
     max_epochs: int = 1000
     time_limit: float | None = None
-    eval_every: int = 1
+    eval_every: int | str = "auto"
     seed: int = 0
     topk: tuple[int, ...] = (1, 2, 3, 5, 10)
     kernel: str = "linear"
@@ -79,7 +80,7 @@ class TrainConfig:
                 eps=d["eps"],
                 max_epochs=d["max_epochs"],
                 time_limit=d.get("time_limit"),
-                eval_every=d.get("eval_every", 1),
+                eval_every=d.get("eval_every", "auto"),
                 seed=int(d["seed"]),
                 topk=tuple(int(v) for v in d.get("topk", (1, 2, 3, 5, 10))),
                 kernel=str(d.get("kernel") or "linear"),
@@ -157,7 +158,7 @@ class ExperimentConfig:
     seed: int = 0
     eps: float = 1e-3
     max_epochs: int = 1000
-    eval_every: int = 1
+    eval_every: int | str = "auto"
     time_limit: float | None = None
     selection: str = "val"  # val | cv | auto (val where the dataset has a val split, else cv)
     folds: int = 5  # stratified CV folds on train when selecting by cv
@@ -292,7 +293,7 @@ class ExperimentConfig:
             seed=int(root.get("seed", 0)),
             eps=float(exp.get("eps", root.get("eps", 1e-3))),
             max_epochs=int(exp.get("max_epochs", root.get("max_epochs", 1000))),
-            eval_every=int(exp.get("eval_every", 1)),
+            eval_every=check_eval_every(exp.get("eval_every", root.get("eval_every", "auto"))),
             time_limit=exp.get("time_limit"),
             selection=selection,
             folds=folds,

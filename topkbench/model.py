@@ -16,6 +16,7 @@ from topkbench.gram import check_gram
 from topkbench.losses.registry import get_method
 from topkbench.solvers.sdca import TracePoint, solve_sdca
 from topkbench.validation import (
+    check_eval_every,
     check_features,
     check_int,
     check_k,
@@ -111,7 +112,7 @@ def fit(
     max_epochs: int = 1000,
     seed: int = 0,
     time_limit: float | None = None,
-    eval_every: int = 1,
+    eval_every: int | str = "auto",
     n_classes: int | None = None,
     warm_start: Model | tuple[float, NDArray[np.float64]] | None = None,
     init: Model | None = None,
@@ -144,6 +145,9 @@ def fit(
     gamma : smoothing (``>= 0``) for the methods that take it; 0 means the nonsmooth loss.
     eps : stop when the relative duality gap ``(P-D)/max(|P|,|D|) <= eps``.
     max_epochs, time_limit : budgets; stopping on them warns with ``ConvergenceWarning``.
+    eval_every : epochs between duality-gap certificates (SDCA), or ``"auto"`` (default:
+        :func:`topkbench.solvers.sdca.auto_batch`, a deterministic schedule that keeps the
+        certificates at about a fifth of the run).
     seed : drives the per-epoch permutations.
     warm_start : a model of the same method on the same data (e.g. the previous C on a path),
         or a pair ``(C_old, A_old)``; the dual is rescaled by ``C_new / C_old`` (which keeps
@@ -216,7 +220,7 @@ def fit(
     k = check_k(k, m)
     eps = check_positive("eps", eps, upper=1.0)
     max_epochs = check_int("max_epochs", max_epochs, 0)
-    eval_every = check_int("eval_every", eval_every, 1)
+    eval_every = check_eval_every(eval_every)
     if time_limit is not None:
         time_limit = check_positive("time_limit", time_limit)
     if "gamma" not in spec.params and gamma != 0.0:

@@ -159,6 +159,20 @@ def check_k(k, m: int) -> int:
     return k
 
 
+def check_eval_every(value) -> int | str:
+    """``eval_every``: a positive number of epochs between certificates, or ``"auto"``."""
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return "auto"
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not _is_int_like(value) or int(value) < 1:
+        raise ConfigError(
+            f"eval_every must be 'auto' or an integer >= 1 (epochs between duality-gap "
+            f"evaluations); got {value!r}"
+        )
+    return int(value)
+
+
 def check_int(name: str, value, lo: int) -> int:
     if isinstance(value, bool) or not _is_int_like(value) or int(value) < lo:
         raise ConfigError(f"{name} must be an integer >= {lo}; got {value!r}")

@@ -14,7 +14,7 @@ from hypothesis.extra import numpy as hnp
 from reference import V_reference
 from scipy.optimize import brentq
 
-from topkbench.kernels.roots import STATUS_OK, _entropic_root, _logistic_dual_root
+from topkbench.kernels.roots import STATUS_OK, _entropic_root, _exp_shifted, _logistic_dual_root
 
 
 def softmax_prox_reference(b, alpha):
@@ -39,7 +39,9 @@ def softmax_prox_reference(b, alpha):
 def kernel_prox(b, alpha):
     b = np.ascontiguousarray(b, dtype=np.float64)
     vals = np.empty_like(b)
-    t, status = _entropic_root(b, float(alpha), vals, np.empty_like(b), math.nan)
+    t, status = _entropic_root(
+        b, float(alpha), vals, np.empty_like(b), np.empty(b.shape[0], dtype=np.int64), math.nan
+    )
     return t, status, vals / alpha
 
 
@@ -120,3 +122,35 @@ def test_logistic_dual_root(g, log_ck, u0):
     else:
         ref = lo if f(lo) >= 0.0 else hi
     assert sps.expit(u) == pytest.approx(sps.expit(ref), rel=1e-12, abs=1e-15)
+
+
+def test_exp_shifted_matches_math_exp():
+    """The vectorizable exp of the softmax root: within 2 ulp of math.exp on [-708, 708],
+    0 below -708, the argument clamped at 708 (never used there, see _entropic_root)."""
+    rng = np.random.default_rng(0)
+    b = np.concatenate([rng.uniform(-720.0, 720.0, 20_000), [-708.5, -708.0, 0.0, 1e-300, 708.0]])
+    out, tmp = np.empty_like(b), np.empty_like(b)
+    _exp_shifted(b, 0.25, b.shape[0], out, tmp)
+    a = b - 0.25
+    inside = (a > -708.0) & (a <= 708.0)
+    want = np.exp(a[inside])
+    assert np.all(np.abs(out[inside] - want) <= 2.0 * np.spacing(want))
+    assert np.all(out[a <= -708.0] == 0.0)
+    assert np.all(out[a > 708.0] == out[a > 708.0][0]) and np.isfinite(out).all()
+    # only the first n entries are written
+    part = np.full(5, -1.0)
+    _exp_shifted(np.zeros(5), 0.0, 3, part, np.empty(5))
+    assert part.tolist() == [1.0, 1.0, 1.0, -1.0, -1.0]
+
+
+def test_entropic_root_with_entries_outside_the_series_range():
+    """Entries whose argument b_j - t reaches the closed-form range of V (>= -3) mixed with
+    series ones: the same root and values as a scalar evaluation."""
+    b = np.array([2.0, 1.5, -40.0, -3.0, -10.0, 0.5, -700.0, -800.0])
+    for alpha in (1e-3, 0.5, 5.0, 300.0):
+        t, status, x = kernel_prox(b, alpha)
+        assert status == STATUS_OK
+        h = V_reference(alpha - t) + sum(V_reference(bj - t) for bj in b) - alpha
+        assert abs(h) <= 1e-12 * alpha * (len(b) + 1)
+        want = np.array([V_reference(bj - t) for bj in b]) / alpha
+        np.testing.assert_allclose(x, want, rtol=1e-13, atol=1e-300)

@@ -499,7 +499,10 @@ def test_prox_small_alpha_tends_to_the_loss_maximizer(inputs, log_alpha):
 def prox_with_status(b, alpha, k):
     b = np.ascontiguousarray(b, dtype=np.float64)
     out = np.empty_like(b)
-    _, status = topk_ent_prox(b, alpha, k, out, np.empty_like(b), np.empty_like(b), math.nan)
+    _, status = topk_ent_prox(
+        b, alpha, k, out, np.empty_like(b), np.empty_like(b), np.empty(b.shape[0], dtype=np.int64),
+        math.nan,
+    )  # fmt: skip
     return out, status
 
 

@@ -40,6 +40,14 @@ def ytilde_matrix(y, m):
 
 def primal_objective(X, y, W, method, gamma, C):
     """P(W) of DESIGN §2 in numpy (no topkbench code)."""
+    n = X.shape[0]
+    losses = example_losses(X, y, W, method, gamma)
+    lam = 1.0 / (C * n)
+    return lam / 2 * float(np.sum(W * W)) + float(losses.mean())
+
+
+def example_losses(X, y, W, method, gamma):
+    """L(y_i, W^T x_i) for every example, in numpy."""
     n, m = X.shape[0], W.shape[1]
     S = np.asarray(X @ W)
     rows = np.arange(n)
@@ -61,8 +69,7 @@ def primal_objective(X, y, W, method, gamma, C):
             losses = H.sum(axis=1)
     else:
         losses = np.logaddexp(0.0, -ytilde_matrix(y, m) * S).sum(axis=1)
-    lam = 1.0 / (C * n)
-    return lam / 2 * float(np.sum(W * W)) + float(losses.mean())
+    return losses
 
 
 def smooth_max_hinge(z, gamma):
@@ -478,21 +485,30 @@ def reference_block(method, y, s, a, K, C, gamma):
     return out
 
 
-def numpy_sdca(X, y, m, method, C, gamma, seed, epochs):
+def numpy_sdca(X, y, m, method, C, gamma, seed, epochs, shrink=True):
+    """SDCA in numpy with the solver's permutations; with ``shrink``, each epoch skips the
+    examples whose block is zero and whose loss is zero at the epoch's start (their update is
+    a no-op: the solver's zero Fenchel-Young gap rule).  Returns (A, W, visits skipped)."""
     Xd = dense(X)
     n, d = Xd.shape
     A = np.zeros((n, m))
     W = np.zeros((d, m))
     rng = np.random.default_rng(seed)
     sq = np.einsum("ij,ij->i", Xd, Xd)
+    skipped = 0
     for _ in range(epochs):
-        for i in rng.permutation(n):
+        perm = rng.permutation(n)
+        if shrink:
+            idle = np.all(A == 0.0, axis=1) & (example_losses(Xd, y, W, method, gamma) == 0.0)
+            skipped += int(idle.sum())
+            perm = perm[~idle[perm]]
+        for i in perm:
             s = Xd[i] @ W
             new = reference_block(method, y[i], s, A[i], sq[i], C, gamma)
             W += np.outer(Xd[i], new - A[i])
             A[i] = new
         W = Xd.T @ A
-    return A, W
+    return A, W, skipped
 
 
 TRAJECTORY_CASES = [
@@ -514,8 +530,9 @@ TRAJECTORY_CASES = [
 ]
 
 
+@pytest.mark.parametrize("shrink", [True, False])
 @pytest.mark.parametrize("method,gamma,C,sparse,scale", TRAJECTORY_CASES)
-def test_exact_trajectory_against_numpy_sdca(method, gamma, C, sparse, scale):
+def test_exact_trajectory_against_numpy_sdca(method, gamma, C, sparse, scale, shrink):
     m, seed = 4, 17
     X, y = make_tiny(25, 3, m, 50, zero_rows=(6,), sparse=sparse)
     X = X * scale
@@ -532,9 +549,12 @@ def test_exact_trajectory_against_numpy_sdca(method, gamma, C, sparse, scale):
             max_epochs=3,
             seed=seed,
             warn=False,
+            shrink=shrink,
         )
     assert res.epochs == 3 and res.status == "max_epochs"
-    A_ref, W_ref = numpy_sdca(X, y, m, method, C, gamma, seed, epochs=3)
+    A_ref, W_ref, skipped = numpy_sdca(X, y, m, method, C, gamma, seed, epochs=3, shrink=shrink)
+    if shrink and method.startswith("svm") and gamma == 0.0 and C <= 1.0:
+        assert skipped > 0  # the shrinking path is exercised
     np.testing.assert_allclose(res.A, A_ref, rtol=0, atol=1e-10 * C)
     np.testing.assert_allclose(res.W, W_ref, rtol=0, atol=1e-10 * max(1.0, np.abs(W_ref).max()))
     # the trajectory is not trivial: blocks moved off their starting values
@@ -564,3 +584,46 @@ def test_eval_every_does_not_change_the_trajectory(sparse):
     for r in runs[1:]:
         np.testing.assert_allclose(r.A, runs[0].A, rtol=0, atol=1e-13)
         assert r.primal == pytest.approx(runs[0].primal, rel=1e-13)
+
+
+@pytest.mark.parametrize("method,gamma", [("svm_multi", 0.0), ("svm_ova", 0.0), ("lr_multi", 0.0)])
+def test_example_gaps_sum_to_the_duality_gap(method, gamma):
+    """objective_terms' per-example Fenchel-Young gaps are >= 0 and sum to (P - D)/lambda;
+    they vanish on the examples with a zero block and zero loss (those shrinking skips)."""
+    from topkbench.solvers.sdca import _active_set, evaluate_objective
+
+    rng = np.random.default_rng(5)
+    y = rng.integers(0, 4, 40)
+    X = 3.0 * np.eye(4)[y] + 0.5 * rng.normal(size=(40, 4))  # well separated: idle examples
+    res = solve_sdca(X, y, n_classes=4, loss_id=get_method(method).loss_id, C=0.5,
+                     gamma=gamma, eps=1e-300, max_epochs=4, seed=1, warn=False)  # fmt: skip
+    gaps = np.empty(40)
+    P, D = evaluate_objective(X, y, res.A, res.W, get_method(method).loss_id, 0.5, gamma, 1, gaps)
+    lam = 1.0 / (0.5 * 40)
+    assert np.all(gaps >= -1e-12)
+    assert gaps.sum() * lam == pytest.approx(P - D, rel=1e-9, abs=1e-14)
+    losses = example_losses(X, y, res.W, method, gamma)
+    idle = np.all(res.A == 0.0, axis=1) & (losses == 0.0)
+    assert np.all(gaps[idle] == 0.0)
+    keep = _active_set(gaps, res.A)
+    if method == "lr_multi":
+        assert keep is None  # smooth: nothing is skipped
+    else:
+        assert idle.any() and np.array_equal(keep, ~idle)
+
+
+def test_auto_batch_schedule():
+    from topkbench.solvers.sdca import AUTO_COST_FACTOR, TracePoint, auto_batch
+
+    def tr(*pts):
+        return [TracePoint(e, 1.0, 0.0, g, 0.0) for e, g in pts]
+
+    assert auto_batch(tr((0, 1.0)), 1e-3, 100, 100) == 1  # a rate needs two points
+    # gap 1 -> 0.1 in one epoch: 1e-3 is two epochs away (within the cap of 4 at n_active = n)
+    assert auto_batch(tr((0, 1.0), (1, 0.1)), 1e-3, 100, 100) == 2
+    # slow decay: the cap, which grows as shrinking leaves fewer examples per epoch
+    assert auto_batch(tr((0, 1.0), (1, 0.9)), 1e-3, 100, 100) == int(AUTO_COST_FACTOR)
+    assert auto_batch(tr((0, 1.0), (1, 0.9)), 1e-3, 100, 25) == int(4 * AUTO_COST_FACTOR)
+    # no decrease: the cap; at least one epoch
+    assert auto_batch(tr((0, 0.5), (2, 0.6)), 1e-3, 100, 100) == int(AUTO_COST_FACTOR)
+    assert auto_batch(tr((0, 1.0), (1, 1e-2)), 9e-3, 100, 100) == 1

@@ -52,7 +52,7 @@ def project_rows(kind, data, k, r, out):
             t = simplex_threshold(b, r, idx)
             total += apply_threshold(b, t, x)
         elif kind == PROJ_TOPK_ENT:
-            topk_ent_prox(b, r, k, x, vals, work, math.nan)
+            topk_ent_prox(b, r, k, x, vals, work, idx, math.nan)
             for j in range(d):
                 total += x[j]
         else:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from numba import njit
 
 from topkbench.kernels.lambertw import SERIES_T_MAX, lambertw_exp, lambertw_series
@@ -17,75 +18,150 @@ STATUS_OK = 0
 STATUS_ROOT_NOT_CONVERGED = 1
 NEWTON_MAX_ITER = 100
 _ANCHOR_SPAN = 30.0  # _entropic_root: recompute e^{b_j - t_ref} when t moves farther
-_EXP_MAX_ARG = 700.0
+_EXP_CLAMP = 708.0  # |argument| bound of _exp_shifted (e^708 < DBL_MAX; below -708: 0)
+
+# _exp_shifted: e^a = 2^k e^r with k = rint(a / log 2) and r = a - k log 2 (log 2 split in a
+# 32-bit head, exact in k * head for |k| < 2^20, and a tail; fdlibm's constants), |r| <= 0.347,
+# where the Taylor polynomial of degree 13 errs by r^14/14! < 5e-18 relative.
+_LOG2E = 1.4426950408889634
+_LN2_HI = 6.93147180369123816490e-01
+_LN2_LO = 1.90821492927058770002e-10
+_ROUND = 6755399441055744.0  # 1.5 * 2^52: (x + _ROUND) - _ROUND rounds x to an integer
+(_E0, _E1, _E2, _E3, _E4, _E5, _E6, _E7) = (1.0 / math.factorial(i) for i in range(8))
+(_E8, _E9, _E10, _E11, _E12, _E13) = (1.0 / math.factorial(i) for i in range(8, 14))
 
 
-@njit(cache=True)
-def _entropic_root(b, alpha, vals, ex, t_start):
+@njit(cache=True, error_model="numpy")
+def _exp_shifted(b, shift, n, out, tmp):
+    """``out[j] = e^{b_j - shift}`` for ``j < n``, with the argument clamped to ``<= 708`` and
+    ``0`` below ``-708``; ``tmp`` is scratch (length >= n).
+
+    ``math.exp`` is a library call that LLVM does not vectorize (numba has no SVML here); this
+    is branch-free (range reduction above, Estrin's scheme, and 2^k written into the exponent
+    bits of ``out`` through an integer view), so the loops compile to AVX-512 / AVX2 code.
+    Within 2 ulp of ``math.exp`` (``tests/kernels/test_sdca_roots.py``)."""
+    bits = out.view(np.int64)
+    for j in range(n):
+        a = min(max(b[j] - shift, -_EXP_CLAMP), _EXP_CLAMP)
+        kf = (a * _LOG2E + _ROUND) - _ROUND
+        r = (a - kf * _LN2_HI) - kf * _LN2_LO
+        r2 = r * r
+        r4 = r2 * r2
+        lo = ((_E0 + _E1 * r) + (_E2 + _E3 * r) * r2) + (
+            (_E4 + _E5 * r) + (_E6 + _E7 * r) * r2
+        ) * r4
+        hi = ((_E8 + _E9 * r) + (_E10 + _E11 * r) * r2) + (_E12 + _E13 * r) * r4
+        tmp[j] = lo + hi * (r4 * r4)
+        bits[j] = (np.int64(kf) + 1023) << 52
+    for j in range(n):
+        v = tmp[j] * out[j]
+        out[j] = v if b[j] - shift > -_EXP_CLAMP else 0.0
+
+
+@njit(cache=True, error_model="numpy")
+def _series_values(ex, r, n, vals, cut):
+    """``vals[j] = V`` from the Lagrange series at ``x = min(ex_j r, cut)``, ``j < n`` (branch-free,
+    vectorized; entries beyond the series range are clamped here and overwritten by the
+    caller)."""
+    for j in range(n):
+        vals[j] = lambertw_series(min(ex[j] * r, cut))
+
+
+@njit(cache=True, fastmath={"reassoc"}, error_model="numpy")
+def _v_sums(vals, n):
+    """``(sum V_j, sum V_j/(1+V_j), sum V_j/(1+V_j)^3)`` over ``j < n``: h, -h' and h'' of eq.
+    (14) without the ``alpha`` term.  ``reassoc`` lets LLVM split the sums into vector lanes
+    (the order is fixed by the compiled code: a run is reproducible on one machine)."""
+    h = 0.0
+    d1 = 0.0
+    d2 = 0.0
+    for j in range(n):
+        v = vals[j]
+        inv = 1.0 / (1.0 + v)
+        w = v * inv
+        h += v
+        d1 += w
+        d2 += w * inv * inv
+    return h, d1, d2
+
+
+@njit(cache=True, error_model="numpy")
+def _v_values(b, t, t_ref, ex, vals, near, n_near, cut):
+    """``vals[j] = V(b_j - t)``: the series from the anchored exponentials ``ex_j = e^{b_j -
+    t_ref}`` for all j, then the closed form for the listed ``near`` entries whose argument is
+    at least ``SERIES_T_MAX``."""
+    _series_values(ex, math.exp(t_ref - t), b.shape[0], vals, cut)
+    for q in range(n_near):
+        j = near[q]
+        a = b[j] - t
+        if a >= SERIES_T_MAX:
+            vals[j] = lambertw_exp(a)
+
+
+@njit(cache=True, error_model="numpy")
+def _entropic_root(b, alpha, vals, ex, near, t_start):
     """Root ``t`` of ``h(t) = V(alpha - t) + sum_j V(b_j - t) - alpha = 0`` (TPAMI eq. (14)).
 
     Halley's method (``h' = -sum V/(1+V)``, ``h'' = sum V/(1+V)^3``, both free once V is known)
     inside the bracket of the module docstring, with bisection as the safeguard.  It stops when
     the residual is at rounding level, ``|h| <= 4 (m+1) eps alpha`` (a test on the step size
     alone can stall under rounding).  On return ``vals[j] = V(b_j - t)``.  Returns
-    ``(t, status)``.
+    ``(t, status)``.  Scratch: ``ex`` (float) and ``near`` (int), length >= len(b).
 
-    Most arguments ``b_j - t`` lie below ``SERIES_T_MAX`` (mostly in [-17, -5] on the bench sdca
-    problem), where V needs only ``e^{b_j - t}``; that is ``ex_j e^{t_ref - t}`` with ``ex_j =
-    e^{b_j - t_ref}`` (scratch ``ex``, length >= len(b)) computed at an anchor ``t_ref``, so a
-    Halley step costs one ``exp`` instead of m (with the Estrin series of V, lr_multi epoch
-    0.20 -> 0.175 s and topk_ent 0.30 -> 0.22 s on bench sdca).  The anchor
-    moves when ``|t - t_ref| > _ANCHOR_SPAN``: then every ``ex_j`` used (``b_j - t_ref <
-    SERIES_T_MAX + _ANCHOR_SPAN``) is finite, and one that underflows stands for a V below
-    ``e^-700``, far below the stopping tolerance.
+    Cost (an SDCA update of lr_multi / topk_ent solves this once, ~3 Halley steps from the
+    example's previous root): most arguments ``b_j - t`` lie below ``SERIES_T_MAX`` (mostly in
+    [-17, -5] on the bench sdca problem), where V needs only ``e^{b_j - t} = ex_j e^{t_ref -
+    t}`` with ``ex_j = e^{b_j - t_ref}`` computed at an anchor ``t_ref`` (moved when ``|t -
+    t_ref| > _ANCHOR_SPAN``; every ``ex_j`` used then has ``b_j - t_ref < SERIES_T_MAX +
+    _ANCHOR_SPAN``, far inside the clamp of :func:`_exp_shifted`).  The few entries that can
+    leave the series range inside the bracket (``b_j >= lo + SERIES_T_MAX``: t stays above
+    the initial ``lo``) are listed once in ``near`` and get the closed form; everything else
+    runs as branch-free loops that LLVM vectorizes (the exponentials, the series and the
+    three sums), with ``error_model="numpy"`` so that divisions carry no zero check.
     """
     mb = b.shape[0]
     big = alpha
     mx = 0.0
     for j in range(mb):
-        if b[j] > big:
-            big = b[j]
-        if b[j] > mx:
-            mx = b[j]
+        big = max(big, b[j])
+        mx = max(mx, b[j])
     la = math.log(alpha)
     nterms = mb + 1.0
-    lo = big - alpha - la
-    hi = big - alpha / nterms - (la - math.log(nterms))
+    # widened by a few ulps: the root can sit on the computed lo (one dominant b_j, tiny alpha)
+    slack = 8.0 * 2.220446049250313e-16 * (abs(big) + alpha + abs(la) + math.log(nterms))
+    lo = big - alpha - la - slack
+    hi = big - alpha / nterms - (la - math.log(nterms)) + slack
+    n_near = 0
+    for j in range(mb):
+        if b[j] - lo >= SERIES_T_MAX:
+            near[n_near] = j
+            n_near += 1
     # start from the root of this example's previous update when there is one (it moves
     # little between epochs), else from the softmax solution (exact as alpha -> 0)
     t = t_start
     if not (lo < t < hi):
+        _exp_shifted(b, mx, mb, ex, vals)
         acc = math.exp(-mx)
         for j in range(mb):
-            acc += math.exp(b[j] - mx)
+            acc += ex[j]
         t = mx + math.log(acc) - la
     if not (lo < t < hi):
         t = 0.5 * (lo + hi)
     tol = 4.0 * nterms * 2.220446049250313e-16 * alpha
+    cut = math.exp(SERIES_T_MAX)
     t_ref = math.nan
     for _it in range(NEWTON_MAX_ITER):
         if not abs(t - t_ref) <= _ANCHOR_SPAN:
             t_ref = t
-            for j in range(mb):
-                a = b[j] - t_ref
-                ex[j] = math.exp(a) if a < _EXP_MAX_ARG else math.inf
-        r = math.exp(t_ref - t)
+            _exp_shifted(b, t_ref, mb, ex, vals)
+        _v_values(b, t, t_ref, ex, vals, near, n_near, cut)
+        hs, d1, d2 = _v_sums(vals, mb)
         v = lambertw_exp(alpha - t)
-        h = v - alpha
-        w = v / (1.0 + v)
-        d1 = w
-        d2 = w / ((1.0 + v) * (1.0 + v))
-        for j in range(mb):
-            a = b[j] - t
-            if a < SERIES_T_MAX:
-                v = lambertw_series(ex[j] * r)
-            else:
-                v = lambertw_exp(a)
-            vals[j] = v
-            h += v
-            w = v / (1.0 + v)
-            d1 += w
-            d2 += w / ((1.0 + v) * (1.0 + v))
+        inv = 1.0 / (1.0 + v)
+        w = v * inv
+        h = (v - alpha) + hs
+        d1 += w
+        d2 += w * inv * inv
         if abs(h) <= tol:
             return t, STATUS_OK
         if h > 0.0:
@@ -97,11 +173,15 @@ def _entropic_root(b, alpha, vals, ex, t_start):
             t_new = t + 2.0 * h * d1 / den
         else:
             t_new = t + h / d1
-        if not (lo < t_new < hi):
+        # the ends are allowed: a step at rounding level can land on one
+        if not (lo <= t_new <= hi):
             t_new = 0.5 * (lo + hi)
         if abs(t_new - t) <= 1e-15 * max(1.0, abs(t)):
-            for j in range(mb):
-                vals[j] = lambertw_exp(b[j] - t_new)
+            # a step at rounding level (the residual's floor is ~ ulp(t) |h'|, above tol when
+            # |t| is large)
+            if t_new != t:
+                # |t_new - t_ref| <= _ANCHOR_SPAN + 1e-15 max(1, |t|): the anchor still serves
+                _v_values(b, t_new, t_ref, ex, vals, near, n_near, cut)
             return t_new, STATUS_OK
         t = t_new
     return t, STATUS_ROOT_NOT_CONVERGED

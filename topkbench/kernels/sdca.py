@@ -165,7 +165,7 @@ def update_block(loss, y, s, a, kii, C, gamma, k, out, work, vals, srt, idx, tro
         else:
             # LR^Multi is top-1 Ent (TPAMI Table 1); x is written over b
             kk = 1 if loss == LOSS_LR_MULTI else k
-            t0, status = topk_ent_prox(b, C * kii, kk, b, vals, srt, troots[i])
+            t0, status = topk_ent_prox(b, C * kii, kk, b, vals, srt, idx, troots[i])
             troots[i] = t0
             # the prox keeps <1, x> <= 1 (it rescales rounding excess itself)
             total = 0.0
@@ -240,16 +240,35 @@ def _update(loss, yptr, yidx, i, s, a, kii, C, gamma, k, out, scratch, troots):
 
 
 @njit(cache=True)
-def _store_block(A, i, new, delta):
-    """``A[i] = new``; ``delta = new - old``.  Returns whether anything changed."""
-    changed = False
+def _store_block(A, i, new, delta, cols):
+    """``A[i] = new``; ``delta = new - old``; the indices of the nonzero entries of ``delta``
+    into ``cols``.  Returns how many there are."""
+    nz = 0
     for j in range(new.shape[0]):
         dj = new[j] - A[i, j]
         delta[j] = dj
         if dj != 0.0:
-            changed = True
+            cols[nz] = j
+            nz += 1
         A[i, j] = new[j]
-    return changed
+    return nz
+
+
+# A block change with at most m / _SPARSE_DELTA nonzeros (the hinge losses: an SVM^Multi
+# support vector moves ~3 of its 100 dual variables) updates only those columns of W; the next
+# scores then take a read-only pass, which is cheaper than the fused read-modify-write pass.
+_SPARSE_DELTA = 4
+
+
+@njit(cache=True)
+def _update_columns_dense(X, i, delta, cols, nz, W):
+    """``W[:, j] += x_i delta_j`` for the ``nz`` columns ``j`` in ``cols`` (the others have
+    ``delta_j = 0``: the same W as the full update)."""
+    for f in range(X.shape[1]):
+        xf = X[i, f]
+        for q in range(nz):
+            j = cols[q]
+            W[f, j] += xf * delta[j]
 
 
 # Dense passes over W (d x m, row-major: one feature's m weights are contiguous).  Each example
@@ -348,8 +367,9 @@ def sdca_epochs_dense(X, yptr, yidx, sqnorms, A, W, perms, loss, C, gamma, k, tr
     """
     n_epochs = perms.shape[0]
     npe = perms.shape[1]
-    scratch = _scratch(W.shape[1])
-    s, new, delta = scratch[0], scratch[1], scratch[7]
+    m = W.shape[1]
+    scratch = _scratch(m)
+    s, new, cols, delta = scratch[0], scratch[1], scratch[5], scratch[7]
     failures = 0
     for e in range(n_epochs):
         if npe == 0:
@@ -360,9 +380,13 @@ def sdca_epochs_dense(X, yptr, yidx, sqnorms, A, W, perms, loss, C, gamma, k, tr
             nxt = perms[e, p + 1] if p + 1 < npe else -1
             if _update(loss, yptr, yidx, i, s, A[i], sqnorms[i], C, gamma, k, new, scratch, troots):
                 failures += 1
-            if _store_block(A, i, new, delta):
+            nz = _store_block(A, i, new, delta, cols)
+            if nz > 0 and nz * _SPARSE_DELTA > m:
                 _update_scores_dense(X, i, delta, nxt, W, s)
-            elif nxt >= 0:
+                continue
+            if nz > 0:
+                _update_columns_dense(X, i, delta, cols, nz, W)
+            if nxt >= 0:
                 _scores_dense(X, nxt, W, s)
     return failures
 
@@ -375,7 +399,7 @@ def sdca_epochs_csr(
     n_epochs = perms.shape[0]
     m = W.shape[1]
     scratch = _scratch(m)
-    s, new = scratch[0], scratch[1]
+    s, new, cols = scratch[0], scratch[1], scratch[5]
     failures = 0
     for e in range(n_epochs):
         for p in range(perms.shape[1]):
@@ -389,12 +413,19 @@ def sdca_epochs_csr(
                     s[j] += xf * W[f, j]
             if _update(loss, yptr, yidx, i, s, A[i], sqnorms[i], C, gamma, k, new, scratch, troots):
                 failures += 1
-            if _store_block(A, i, new, s):
+            nz = _store_block(A, i, new, s, cols)
+            if nz * _SPARSE_DELTA > m:
                 for q in range(indptr[i], indptr[i + 1]):
                     xf = data[q]
                     f = indices[q]
                     for j in range(m):
                         W[f, j] += xf * s[j]
+            elif nz > 0:
+                for q in range(indptr[i], indptr[i + 1]):
+                    xf = data[q]
+                    f = indices[q]
+                    for c in range(nz):
+                        W[f, cols[c]] += xf * s[cols[c]]
     return failures
 
 
@@ -423,7 +454,7 @@ def sdca_epochs_gram(K, yptr, yidx, A, perms, loss, C, gamma, k, troots):
                         s[j] += kir * A[r, j]
             if _update(loss, yptr, yidx, i, s, A[i], K[i, i], C, gamma, k, new, scratch, troots):
                 failures += 1
-            _store_block(A, i, new, s)
+            _store_block(A, i, new, s, scratch[5])
     return failures
 
 
@@ -558,18 +589,24 @@ def neg_conjugate_value(loss, y, a, C, gamma, k):
     the updates keep feasible.
     """
     m = a.shape[0]
-    if is_hinge(loss) or is_entropic(loss):
+    if is_hinge(loss):
+        # no log here: the certificate evaluates this for every example
         total = 0.0
         sq = 0.0
-        ent = 0.0
         for j in range(m):
             if j != y:
                 x = -a[j] / C
                 total += x
                 sq += x * x
+        return total - 0.5 * gamma * sq
+    elif is_entropic(loss):
+        total = 0.0
+        ent = 0.0
+        for j in range(m):
+            if j != y:
+                x = -a[j] / C
+                total += x
                 ent += _xlogx(x)
-        if is_hinge(loss):
-            return total - 0.5 * gamma * sq
         return -ent - _xlogx(1.0 - total)
     elif loss == LOSS_SVM_OVA:
         total = 0.0
@@ -588,11 +625,19 @@ def neg_conjugate_value(loss, y, a, C, gamma, k):
 
 
 @njit(cache=True)
-def objective_terms(S, yptr, yidx, A, loss, C, gamma, k, lsum0, csum0):
+def objective_terms(S, yptr, yidx, A, loss, C, gamma, k, lsum0, csum0, gaps):
     """Return ``(lsum0 + sum_i L(Y_i, S_i), csum0 + sum_i -L*(Y_i, -A_i / C))`` for scores
     ``S`` (n x m) and labels in CSR form (see :func:`sdca_epochs_dense`); the running sums
-    ``lsum0``, ``csum0`` let callers go through the rows in blocks."""
+    ``lsum0``, ``csum0`` let callers go through the rows in blocks.
+
+    If ``gaps`` has length n, it receives each example's Fenchel-Young gap in the ``P /
+    lambda`` scale, ``g_i = C (L(Y_i, S_i) + L*(Y_i, -A_i/C)) + <A_i, S_i> >= 0``.  With
+    ``S = X W`` and ``W = X^T A``, ``sum_i <A_i, S_i> = ||W||^2``, so ``sum_i g_i = (P - D) /
+    lambda``; ``g_i = 0`` exactly when ``-A_i / C`` is a subgradient of the loss at ``S_i``,
+    i.e. when block i is already the maximizer of its SDCA update (shrinking in
+    :func:`topkbench.solvers.sdca.solve_sdca`).  Pass an empty array to skip."""
     n, m = S.shape
+    want_gaps = gaps.shape[0] == n
     work = np.empty(m)
     srt = np.empty(m)
     idx = np.empty(m, dtype=np.int64)
@@ -603,10 +648,17 @@ def objective_terms(S, yptr, yidx, A, loss, C, gamma, k, lsum0, csum0):
     for i in range(n):
         if ml:
             labels = yidx[yptr[i] : yptr[i + 1]]
-            lsum += loss_value_ml(loss, labels, S[i], gamma, work, idx, mask)
-            csum += neg_conjugate_value_ml(loss, labels, A[i], C, gamma, mask)
+            li = loss_value_ml(loss, labels, S[i], gamma, work, idx, mask)
+            ci = neg_conjugate_value_ml(loss, labels, A[i], C, gamma, mask)
         else:
             y = yidx[yptr[i]]
-            lsum += loss_value(loss, y, S[i], gamma, k, work, srt, idx)
-            csum += neg_conjugate_value(loss, y, A[i], C, gamma, k)
+            li = loss_value(loss, y, S[i], gamma, k, work, srt, idx)
+            ci = neg_conjugate_value(loss, y, A[i], C, gamma, k)
+        lsum += li
+        csum += ci
+        if want_gaps:
+            inner = 0.0
+            for j in range(m):
+                inner += A[i, j] * S[i, j]
+            gaps[i] = C * (li - ci) + inner
     return lsum, csum

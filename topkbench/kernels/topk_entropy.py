@@ -257,16 +257,16 @@ def _capped_candidate(bs, u, kf, alpha, head, t_guess):
 
 
 @njit(cache=True)
-def topk_ent_prox(b, alpha, k, out, vals, srt, t_start):
+def topk_ent_prox(b, alpha, k, out, vals, srt, near, t_start):
     """Solve eq. (11) for ``b`` (length n), writing ``x`` into ``out`` (``out`` may be ``b``).
 
-    ``vals``, ``srt`` are scratch arrays (length >= n); ``t_start`` warm-starts the ``u = 0``
-    root (NaN for none).  Returns ``(t0, status)`` where ``t0`` is the ``u = 0`` root (to be
-    kept as the next warm start) or NaN.  When ``1 - s`` is below rounding level (huge b) the
-    computed ``sum x`` can exceed 1 by a few ulps; ``x`` is then scaled onto ``sum x = 1``
-    (which keeps every cap ``x_j <= s/k``), so the result is always in the domain.
+    ``vals``, ``srt`` (float) and ``near`` (int) are scratch arrays (length >= n); ``t_start``
+    warm-starts the ``u = 0`` root (NaN for none).  Returns ``(t0, status)`` where ``t0`` is the ``u
+    = 0`` root (to be kept as the next warm start) or NaN.  When ``1 - s`` is below rounding level
+    (huge b) the computed ``sum x`` can exceed 1 by a few ulps; ``x`` is then scaled onto ``sum x =
+    1`` (which keeps every cap ``x_j <= s/k``), so the result is always in the domain.
     """
-    t0, status = _topk_ent_prox_raw(b, alpha, k, out, vals, srt, t_start)
+    t0, status = _topk_ent_prox_raw(b, alpha, k, out, vals, srt, near, t_start)
     n = b.shape[0]
     total = 0.0
     for j in range(n):
@@ -278,7 +278,7 @@ def topk_ent_prox(b, alpha, k, out, vals, srt, t_start):
 
 
 @njit(cache=True)
-def _topk_ent_prox_raw(b, alpha, k, out, vals, srt, t_start):
+def _topk_ent_prox_raw(b, alpha, k, out, vals, srt, near, t_start):
     n = b.shape[0]
     kf = float(k)
     if alpha < ALPHA_TINY:
@@ -288,7 +288,7 @@ def _topk_ent_prox_raw(b, alpha, k, out, vals, srt, t_start):
         for j in range(n):
             out[j] = math.exp(min(b[j] - t, log_cap))
         return math.nan, STATUS_OK
-    t0, status = _entropic_root(b, alpha, vals, srt, t_start)  # srt is free until the sort
+    t0, status = _entropic_root(b, alpha, vals, srt, near, t_start)  # srt: free until the sort
     total = 0.0
     mx = 0.0
     for j in range(n):
@@ -363,7 +363,10 @@ def prox(b, alpha: float, k: int) -> np.ndarray:
     """Convenience wrapper (allocates) of :func:`topk_ent_prox` for tests and benchmarks."""
     b = np.ascontiguousarray(b, dtype=np.float64)
     out = np.empty_like(b)
-    topk_ent_prox(b, float(alpha), int(k), out, np.empty_like(b), np.empty_like(b), math.nan)
+    topk_ent_prox(
+        b, float(alpha), int(k), out, np.empty_like(b), np.empty_like(b),
+        np.empty(b.shape[0], dtype=np.int64), math.nan,
+    )  # fmt: skip
     return out
 
 
