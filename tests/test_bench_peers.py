@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from topkbench.bench import make_gaussian_problem
 from topkbench.bench_peers import (
+    CERT_LABEL,
     OURS_LABEL,
     PEERS,
     bench_peers,
@@ -134,7 +135,11 @@ def test_bench_peers_rows(tiny):
             else:
                 assert math.isnan(r.ratio_to_ours)
         traced = {p.solver for p in points if p.method == method}
-        assert traced == {r.solver for r in rs}
+        assert traced == {r.solver for r in rs} | {CERT_LABEL}
+        # our row is the run to eps = tol (it stops there), not the certification run
+        assert ours.budget == max(p.budget for p in points if p.solver == OURS_LABEL
+                                  and p.method == method)  # fmt: skip
+        assert math.isfinite(ours.certified_seconds)
     # a peer whose budget stops after one fit reports its best point, "not reached"
     rows, _ = bench_peers(
         n=150, d=6, m=4, C=1.0, separation=1.0, methods=("softmax",), peer_seconds=1e-9, refine=0
@@ -158,7 +163,7 @@ def test_bench_peers_cli_smoke(tmp_path):
     assert (df["solver"] == OURS_LABEL).sum() == 2
     assert (tmp_path / "peers.png").stat().st_size > 10_000
     trace = pd.read_csv(tmp_path / "peers_trace.csv")
-    assert set(trace["solver"]) == set(df["solver"])
+    assert set(trace["solver"]) == set(df["solver"]) | {CERT_LABEL}
 
 
 @pytest.mark.parametrize(
