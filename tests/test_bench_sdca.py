@@ -36,7 +36,7 @@ def test_peak_is_a_positive_rate():
     assert 0.01 < measure_peak_gflops(size=64, repeats=2) < 1e5
 
 
-def test_convergence_study_reaches_eps_with_one_point_per_epoch():
+def test_convergence_study_reaches_eps_with_one_point_per_certificate():
     rows, points = bench_sdca_convergence(
         n=120, d=6, m=4, methods=METHODS, C=0.5, eps=1e-3, max_epochs=500, n_val=40
     )
@@ -48,7 +48,9 @@ def test_convergence_study_reaches_eps_with_one_point_per_epoch():
         assert label_pts
     for label in {p.label for p in points}:
         pts = [p for p in points if p.label == label]
-        assert [p.epoch for p in pts] == list(range(len(pts)))
+        # the auto schedule: epoch 0, then 1, then strictly increasing
+        epochs = [p.epoch for p in pts]
+        assert epochs[:2] == [0, 1] and all(b > a for a, b in zip(epochs, epochs[1:], strict=False))
         assert all(b.seconds >= a.seconds for a, b in zip(pts, pts[1:], strict=False))
         assert pts[-1].relative_gap <= 1e-3 < pts[0].relative_gap
 

@@ -439,18 +439,7 @@ def bench_peers(
                 "m": m,
                 "tol": tol,
             }
-            mine = [
-                PeerTracePoint(
-                    name,
-                    OURS_LABEL,
-                    tp.epoch,
-                    tp.seconds,
-                    tp.primal,
-                    (tp.primal - P_ref) / scale,
-                    tp.epoch,
-                )  # fmt: skip
-                for tp in timed.trace
-            ]
+            mine = _our_points(name, OURS_LABEL, timed.trace, P_ref, scale)
             hit, best = _summary_point(mine, tol, smallest_first=True)
             ours = PeerBenchRow(
                 solver=OURS_LABEL,
@@ -472,18 +461,7 @@ def bench_peers(
             )
             rows.append(ours)
             points += mine
-            points += [
-                PeerTracePoint(
-                    name,
-                    CERT_LABEL,
-                    tp.epoch,
-                    tp.seconds,
-                    tp.primal,
-                    (tp.primal - P_ref) / scale,
-                    tp.epoch,
-                )  # fmt: skip
-                for tp in model.trace
-            ]
+            points += _our_points(name, CERT_LABEL, model.trace, P_ref, scale)
             for spec, (pts, _) in peer_runs:
                 ppts = [
                     PeerTracePoint(name, spec.label, b, s, P, (P - P_ref) / scale, it)
@@ -515,6 +493,16 @@ def bench_peers(
                 )
                 points += ppts
     return rows, points
+
+
+def _our_points(method: str, label: str, trace, P_ref: float, scale: float):
+    """Our SDCA trace as PeerTracePoints (budget and iterations are the epoch)."""
+    return [
+        PeerTracePoint(
+            method, label, tp.epoch, tp.seconds, tp.primal, (tp.primal - P_ref) / scale, tp.epoch
+        )  # fmt: skip
+        for tp in trace
+    ]
 
 
 def plot_peers(points: list[PeerTracePoint], path, tol: float, title: str) -> None:
