@@ -261,10 +261,11 @@ def topk_ent_prox(b, alpha, k, out, vals, srt, near, t_start):
     """Solve eq. (11) for ``b`` (length n), writing ``x`` into ``out`` (``out`` may be ``b``).
 
     ``vals``, ``srt`` (float) and ``near`` (int) are scratch arrays (length >= n); ``t_start``
-    warm-starts the ``u = 0`` root (NaN for none).  Returns ``(t0, status)`` where ``t0`` is the ``u
-    = 0`` root (to be kept as the next warm start) or NaN.  When ``1 - s`` is below rounding level
-    (huge b) the computed ``sum x`` can exceed 1 by a few ulps; ``x`` is then scaled onto ``sum x =
-    1`` (which keeps every cap ``x_j <= s/k``), so the result is always in the domain.
+    warm-starts the ``u = 0`` root (NaN for none).  Returns ``(t0, status)`` where ``t0`` is
+    the ``u = 0`` root (to be kept as the next warm start) or NaN.  When ``1 - s`` is below
+    rounding level (huge b) the computed ``sum x`` can exceed 1 by a few ulps; ``x`` is then
+    scaled onto ``sum x = 1`` (which keeps every cap ``x_j <= s/k``), so the result is always
+    in the domain.
     """
     t0, status = _topk_ent_prox_raw(b, alpha, k, out, vals, srt, near, t_start)
     n = b.shape[0]

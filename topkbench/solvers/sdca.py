@@ -149,7 +149,7 @@ def evaluate_objective(X, y, A, W, loss_id: int, C: float, gamma: float, k: int,
             ptr = yptr[a : b + 1] - yptr[a]
             lsum, csum = _k.objective_terms(
                 S, ptr, yidx[yptr[a] : yptr[b]], A[a:b], loss_id, C, gamma, k, lsum, csum,
-                _NO_GAPS if gaps is None else gaps[a:b],
+                g[a:b] if g.shape[0] else g,
             )  # fmt: skip
     half_sq = 0.5 * float(np.vdot(W, W))
     lam = 1.0 / (C * n)
@@ -179,8 +179,7 @@ def auto_batch(trace: list[TracePoint], eps: float, n: int, n_active: int) -> in
     A certificate costs two n x d x m products (the W resync and the scores) plus the loss terms,
     about one full epoch of SDCA or less (two BLAS products of 2 n d m flops each, against the
     epoch's ~4 n d m flops at a lower speed); an epoch with shrinking visits only ``n_active``
-    examples.
-    So the batch is capped at ``AUTO_COST_FACTOR * n / n_active`` epochs, which keeps the
+    examples.  So the batch is capped at ``AUTO_COST_FACTOR * n / n_active`` epochs, which keeps the
     certificates at about a fifth of the run or less.  Within the cap the batch ends where the gap
     is predicted to reach ``eps``, extrapolating the decay per epoch of the last two trace points
     (linear convergence); SDCA's gap decays at least that fast for the smooth losses and more slowly
