@@ -14,7 +14,7 @@ from hypothesis.extra import numpy as hnp
 from reference import V_reference
 from scipy.optimize import brentq
 
-from topkbench.kernels.roots import STATUS_OK, _entropic_root, _exp_shifted, _logistic_dual_root
+from topkbench.kernels.roots import STATUS_OK, _entropic_root, _logistic_dual_root
 
 
 def softmax_prox_reference(b, alpha):
@@ -122,25 +122,6 @@ def test_logistic_dual_root(g, log_ck, u0):
     else:
         ref = lo if f(lo) >= 0.0 else hi
     assert sps.expit(u) == pytest.approx(sps.expit(ref), rel=1e-12, abs=1e-15)
-
-
-def test_exp_shifted_matches_math_exp():
-    """The vectorizable exp of the softmax root: within 2 ulp of math.exp on [-708, 708],
-    0 below -708, the argument clamped at 708 (never used there, see _entropic_root)."""
-    rng = np.random.default_rng(0)
-    b = np.concatenate([rng.uniform(-720.0, 720.0, 20_000), [-708.5, -708.0, 0.0, 1e-300, 708.0]])
-    out, tmp = np.empty_like(b), np.empty_like(b)
-    _exp_shifted(b, 0.25, b.shape[0], out, tmp)
-    a = b - 0.25
-    inside = (a > -708.0) & (a <= 708.0)
-    want = np.exp(a[inside])
-    assert np.all(np.abs(out[inside] - want) <= 2.0 * np.spacing(want))
-    assert np.all(out[a <= -708.0] == 0.0)
-    assert np.all(out[a > 708.0] == out[a > 708.0][0]) and np.isfinite(out).all()
-    # only the first n entries are written
-    part = np.full(5, -1.0)
-    _exp_shifted(np.zeros(5), 0.0, 3, part, np.empty(5))
-    assert part.tolist() == [1.0, 1.0, 1.0, -1.0, -1.0]
 
 
 def test_entropic_root_with_entries_outside_the_series_range():

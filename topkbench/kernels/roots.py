@@ -9,53 +9,15 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 from numba import njit
 
 from topkbench.kernels.lambertw import SERIES_T_MAX, lambertw_exp, lambertw_series
+from topkbench.kernels.vecmath import exp_shifted
 
 STATUS_OK = 0
 STATUS_ROOT_NOT_CONVERGED = 1
 NEWTON_MAX_ITER = 100
 _ANCHOR_SPAN = 30.0  # _entropic_root: recompute e^{b_j - t_ref} when t moves farther
-_EXP_CLAMP = 708.0  # |argument| bound of _exp_shifted (e^708 < DBL_MAX; below -708: 0)
-
-# _exp_shifted: e^a = 2^k e^r with k = rint(a / log 2) and r = a - k log 2 (log 2 split in a
-# 32-bit head, exact in k * head for |k| < 2^20, and a tail; fdlibm's constants), |r| <= 0.347,
-# where the Taylor polynomial of degree 13 errs by r^14/14! < 5e-18 relative.
-_LOG2E = 1.4426950408889634
-_LN2_HI = 6.93147180369123816490e-01
-_LN2_LO = 1.90821492927058770002e-10
-_ROUND = 6755399441055744.0  # 1.5 * 2^52: (x + _ROUND) - _ROUND rounds x to an integer
-(_E0, _E1, _E2, _E3, _E4, _E5, _E6, _E7) = (1.0 / math.factorial(i) for i in range(8))
-(_E8, _E9, _E10, _E11, _E12, _E13) = (1.0 / math.factorial(i) for i in range(8, 14))
-
-
-@njit(cache=True, error_model="numpy")
-def _exp_shifted(b, shift, n, out, tmp):
-    """``out[j] = e^{b_j - shift}`` for ``j < n``, with the argument clamped to ``<= 708`` and
-    ``0`` below ``-708``; ``tmp`` is scratch (length >= n).
-
-    ``math.exp`` is a library call that LLVM does not vectorize (numba has no SVML here); this
-    is branch-free (range reduction above, Estrin's scheme, and 2^k written into the exponent
-    bits of ``out`` through an integer view), so the loops compile to AVX-512 / AVX2 code.
-    Within 2 ulp of ``math.exp`` (``tests/kernels/test_sdca_roots.py``)."""
-    bits = out.view(np.int64)
-    for j in range(n):
-        a = min(max(b[j] - shift, -_EXP_CLAMP), _EXP_CLAMP)
-        kf = (a * _LOG2E + _ROUND) - _ROUND
-        r = (a - kf * _LN2_HI) - kf * _LN2_LO
-        r2 = r * r
-        r4 = r2 * r2
-        lo = ((_E0 + _E1 * r) + (_E2 + _E3 * r) * r2) + (
-            (_E4 + _E5 * r) + (_E6 + _E7 * r) * r2
-        ) * r4
-        hi = ((_E8 + _E9 * r) + (_E10 + _E11 * r) * r2) + (_E12 + _E13 * r) * r4
-        tmp[j] = lo + hi * (r4 * r4)
-        bits[j] = (np.int64(kf) + 1023) << 52
-    for j in range(n):
-        v = tmp[j] * out[j]
-        out[j] = v if b[j] - shift > -_EXP_CLAMP else 0.0
 
 
 @njit(cache=True, error_model="numpy")
@@ -113,11 +75,12 @@ def _entropic_root(b, alpha, vals, ex, near, t_start):
     [-17, -5] on the bench sdca problem), where V needs only ``e^{b_j - t} = ex_j e^{t_ref -
     t}`` with ``ex_j = e^{b_j - t_ref}`` computed at an anchor ``t_ref`` (moved when ``|t -
     t_ref| > _ANCHOR_SPAN``; every ``ex_j`` used then has ``b_j - t_ref < SERIES_T_MAX +
-    _ANCHOR_SPAN``, far inside the clamp of :func:`_exp_shifted`).  The few entries that can
-    leave the series range inside the bracket (``b_j >= lo + SERIES_T_MAX``: t stays above
-    the initial ``lo``) are listed once in ``near`` and get the closed form; everything else
-    runs as branch-free loops that LLVM vectorizes (the exponentials, the series and the
-    three sums), with ``error_model="numpy"`` so that divisions carry no zero check.
+    _ANCHOR_SPAN``, far inside the clamp of :func:`~topkbench.kernels.vecmath.exp_shifted`).
+    The few entries that can leave the series range inside the bracket (``b_j >= lo +
+    SERIES_T_MAX``: t stays above the initial ``lo``) are listed once in ``near`` and get the
+    closed form; everything else runs as branch-free loops that LLVM vectorizes (the
+    exponentials, the series and the three sums), with ``error_model="numpy"`` so that
+    divisions carry no zero check.
     """
     mb = b.shape[0]
     big = alpha
@@ -140,7 +103,7 @@ def _entropic_root(b, alpha, vals, ex, near, t_start):
     # little between epochs), else from the softmax solution (exact as alpha -> 0)
     t = t_start
     if not (lo < t < hi):
-        _exp_shifted(b, mx, mb, ex, vals)
+        exp_shifted(b, mx, mb, ex, vals)
         acc = math.exp(-mx)
         for j in range(mb):
             acc += ex[j]
@@ -153,7 +116,7 @@ def _entropic_root(b, alpha, vals, ex, near, t_start):
     for _it in range(NEWTON_MAX_ITER):
         if not abs(t - t_ref) <= _ANCHOR_SPAN:
             t_ref = t
-            _exp_shifted(b, t_ref, mb, ex, vals)
+            exp_shifted(b, t_ref, mb, ex, vals)
         _v_values(b, t, t_ref, ex, vals, near, n_near, cut)
         hs, d1, d2 = _v_sums(vals, mb)
         v = lambertw_exp(alpha - t)

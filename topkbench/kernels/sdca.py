@@ -66,6 +66,7 @@ from topkbench.kernels.topk import (
     topk_threshold,
 )
 from topkbench.kernels.topk_entropy import topk_ent_loss, topk_ent_prox
+from topkbench.kernels.vecmath import exp_shifted, log_into
 
 LOSS_SVM_MULTI = 0
 LOSS_LR_MULTI = 1
@@ -103,11 +104,137 @@ def hinge_set(loss):
     return SET_BETA
 
 
+@njit(cache=True, error_model="numpy")
+def _svm_ova_block(y, s, a, kii, C, gamma, out):
+    """SVM^OVA_gamma block update (module docstring): ``out[c] = C beta_c ytilde_c`` with
+    ``beta_c = clip((1 - ytilde_c g_c) / (gamma + C K), 0, 1)``; with ``gamma + C K = 0``
+    (zero-norm example, hinge) ``beta_c = 1`` where ``1 - ytilde_c g_c > 0``, else 0.  The
+    numpy error model drops the zero-division check, so the loop vectorizes."""
+    den = gamma + C * kii
+    m = s.shape[0]
+    if den == 0.0:
+        for c in range(m):
+            yt = 1.0 if c == y else -1.0
+            out[c] = C * yt if 1.0 - yt * (s[c] - kii * a[c]) > 0.0 else 0.0
+        return
+    for c in range(m):
+        yt = 1.0 if c == y else -1.0
+        beta = min(max((1.0 - yt * (s[c] - kii * a[c])) / den, 0.0), 1.0)
+        out[c] = C * beta * yt
+
+
+# LR^OVA block update: vectorized Halley steps before the scalar safeguarded solver
+_OVA_HALLEY_STEPS = 6
+
+
+@njit(cache=True, error_model="numpy")
+def _lr_ova_start(z, beta0, ck, m, u, ex, tmp):
+    """Starting points ``u[c]`` for ``u + z_c + ck sigmoid(u) = 0`` (``beta0`` is overwritten).
+
+    The previous root ``logit(beta0_c)`` when ``0 < beta0_c < 1`` (it moves little between
+    epochs), else the start of :func:`~topkbench.kernels.roots._logistic_dual_root` from which
+    Newton converges monotonically (``min(-z, 0)`` if ``f(0) > 0``, else ``max(-z - ck, 0)``);
+    always inside the bracket ``[-z - ck, -z]``."""
+    log_into(beta0, m, ex, tmp)
+    for c in range(m):
+        u[c] = 1.0 - beta0[c]
+    log_into(u, m, u, tmp)
+    for c in range(m):
+        lo = -z[c] - ck
+        hi = -z[c]
+        safe = min(hi, 0.0) if z[c] + 0.5 * ck > 0.0 else max(lo, 0.0)
+        warm = 0.0 < beta0[c] < 1.0
+        u[c] = min(max(ex[c] - u[c], lo), hi) if warm else safe
+
+
+@njit(cache=True, error_model="numpy")
+def _lr_ova_halley_step(z, ck, m, u, ex, sig, res):
+    """One Halley step on every ``u[c]`` not yet converged, given ``ex[c] = e^{u_c}``.
+
+    With ``sigma = sigmoid(u)``, ``q = sigma (1 - sigma)``: ``f = u + z + ck sigma``,
+    ``f1 = 1 + ck q``, ``f2 = ck q (1 - 2 sigma)`` (first and second derivative), and the step
+    ``delta = -2 f f1 / (2 f1^2 - f f2)`` (Newton's where that denominator is not positive),
+    clipped to the bracket ``[-z - ck, -z]``.  A root is accepted (``res[c] = 0``, ``sig[c]``
+    its sigmoid) when
+
+    * ``|f| <= 4 eps (|u| + |z| + ck)``, the rounding floor of f (as in the scalar solver):
+      ``sig[c] = sigma``; or
+    * ``|delta|^3 (1 + ck) <= eps (1 + |u|)``: Halley's error after the step is
+      ``O(|f3 / f1| delta^3)`` with ``f1 >= 1`` and the third derivative ``|f3| <= ck / 8``,
+      below rounding, so the root is ``u + delta`` and ``sig[c] = sigma + q delta + q (1 - 2
+      sigma) delta^2 / 2`` (Taylor; the remainder ``|delta|^3 / 48`` is below rounding too).
+
+    Otherwise ``res[c] = 1`` and ``u[c]`` takes the step.  Returns how many are not accepted.
+    Branch-free (selects), so the loop vectorizes."""
+    bad = 0
+    for c in range(m):
+        e = ex[c]
+        inv = 1.0 / (1.0 + e)
+        sg = e * inv
+        q = sg * inv
+        uc = u[c]
+        zc = z[c]
+        f = uc + zc + ck * sg
+        d1 = 1.0 + ck * q
+        d2 = ck * q * (1.0 - 2.0 * sg)
+        den = 2.0 * d1 * d1 - f * d2
+        step = uc - (2.0 * f * d1 / den if den > 0.0 else f / d1)
+        step = min(max(step, -zc - ck), -zc)
+        delta = step - uc
+        at_floor = abs(f) <= 8.881784197001252e-16 * (abs(uc) + abs(zc) + ck)
+        tiny = delta * delta * abs(delta) * (1.0 + ck) <= 2.220446049250313e-16 * (1.0 + abs(uc))
+        ok = at_floor or tiny
+        sig[c] = sg if at_floor else sg + q * delta * (1.0 + 0.5 * (1.0 - 2.0 * sg) * delta)
+        res[c] = 0.0 if ok else 1.0
+        bad += 0 if ok else 1
+        u[c] = uc if at_floor else step
+    return bad
+
+
 @njit(cache=True)
-def update_block(loss, y, s, a, kii, C, gamma, k, out, work, vals, srt, idx, troots, i):
+def _lr_ova_block(y, s, a, kii, C, out, z, u, ex, extra):
+    """LR^OVA block update (module docstring): ``out[c] = C sigmoid(u_c) ytilde_c`` with ``u_c``
+    the root of ``u + z_c + ck sigmoid(u) = 0``, ``z_c = ytilde_c (s_c - K a_c)``, ``ck = C K``.
+
+    All m roots take up to ``_OVA_HALLEY_STEPS`` Halley steps together
+    (:func:`_lr_ova_halley_step`), as branch-free loops with the vectorizable exp and log of
+    :mod:`topkbench.kernels.vecmath`; a class whose residual is still above its rounding floor then
+    goes to the safeguarded scalar solver :func:`~topkbench.kernels.roots._logistic_dual_root`,
+    so the result is the same root either way.  ``z``, ``u``, ``ex`` (length m) and ``extra``
+    (3 x m) are scratch.  Returns a status."""
+    m = s.shape[0]
+    ck = C * kii
+    tmp, sig, res = extra[0], extra[1], extra[2]
+    for c in range(m):
+        yt = 1.0 if c == y else -1.0
+        z[c] = yt * (s[c] - kii * a[c])
+        sig[c] = min(max(a[c] * yt / C, 0.0), 1.0)
+    _lr_ova_start(z, sig, ck, m, u, ex, tmp)
+    bad = m
+    for _ in range(_OVA_HALLEY_STEPS):
+        exp_shifted(u, 0.0, m, ex, tmp)
+        bad = _lr_ova_halley_step(z, ck, m, u, ex, sig, res)
+        if bad == 0:
+            break
+    status = STATUS_OK
+    for c in range(m):
+        yt = 1.0 if c == y else -1.0
+        if res[c] != 0.0:
+            uc, st = _logistic_dual_root(z[c], ck, u[c])
+            if st != STATUS_OK:
+                status = st
+            out[c] = C * _sigmoid(uc) * yt
+        else:
+            out[c] = C * sig[c] * yt
+    return status
+
+
+@njit(cache=True)
+def update_block(loss, y, s, a, kii, C, gamma, k, out, work, vals, srt, idx, extra, troots, i):
     """New dual block for one example into ``out`` (see module docstring). Returns a status.
 
-    ``work``, ``vals``, ``srt`` (float) and ``idx`` (int) are scratch arrays of length m.
+    ``work``, ``vals``, ``srt`` (float) and ``idx`` (int) are scratch arrays of length m,
+    ``extra`` a float scratch of shape (3, m).
     ``troots[i]`` keeps the example's last root of eq. (14) as the next starting point (NaN if
     none); it only affects the number of iterations, not the result.
     """
@@ -177,33 +304,9 @@ def update_block(loss, y, s, a, kii, C, gamma, k, out, work, vals, srt, idx, tro
                     p += 1
             out[y] = C * total
     elif loss == LOSS_SVM_OVA:
-        den = gamma + C * kii
-        for c in range(m):
-            yt = 1.0 if c == y else -1.0
-            g = s[c] - kii * a[c]
-            num = 1.0 - yt * g
-            if den == 0.0:
-                beta = 1.0 if num > 0.0 else 0.0
-            else:
-                beta = num / den
-                if beta < 0.0:
-                    beta = 0.0
-                elif beta > 1.0:
-                    beta = 1.0
-            out[c] = C * beta * yt
+        _svm_ova_block(y, s, a, kii, C, gamma, out)
     else:  # LOSS_LR_OVA
-        ck = C * kii
-        for c in range(m):
-            yt = 1.0 if c == y else -1.0
-            g = s[c] - kii * a[c]
-            beta0 = a[c] * yt / C
-            u0 = 0.0
-            if 0.0 < beta0 < 1.0:
-                u0 = math.log(beta0 / (1.0 - beta0))
-            u, st = _logistic_dual_root(yt * g, ck, u0)
-            if st != STATUS_OK:
-                status = st
-            out[c] = C * _sigmoid(u) * yt
+        status = _lr_ova_block(y, s, a, kii, C, out, work, vals, srt, extra)
     return status
 
 
@@ -211,7 +314,8 @@ def update_block(loss, y, s, a, kii, C, gamma, k, out, work, vals, srt, idx, tro
 def _scratch(m):
     """Per-call scratch of the epoch kernels (allocated once per call, not per example):
     scores, new block, the ``work``, ``vals``, ``srt``, ``idx`` arrays of update_block, the
-    all-False label mask of the multilabel updates, and the block change ``delta``."""
+    all-False label mask of the multilabel updates, the block change ``delta``, and
+    update_block's ``extra`` (3 x m)."""
     return (
         np.empty(m),
         np.empty(m),
@@ -221,6 +325,7 @@ def _scratch(m):
         np.empty(m, dtype=np.int64),
         np.zeros(m, dtype=np.bool_),
         np.empty(m),
+        np.empty((3, m)),
     )
 
 
@@ -228,14 +333,14 @@ def _scratch(m):
 def _update(loss, yptr, yidx, i, s, a, kii, C, gamma, k, out, scratch, troots):
     """Dispatch one block update: labels of example ``i`` are ``yidx[yptr[i]:yptr[i+1]]``
     (exactly one for the multiclass losses)."""
-    _, _, work, vals, srt, idx, mask, _ = scratch
+    _, _, work, vals, srt, idx, mask, _, extra = scratch
     if is_multilabel(loss):
         labels = yidx[yptr[i] : yptr[i + 1]]
         return update_block_ml(
             loss, labels, s, a, kii, C, gamma, out, work, vals, idx, troots, i, mask
         )
     return update_block(
-        loss, yidx[yptr[i]], s, a, kii, C, gamma, k, out, work, vals, srt, idx, troots, i
+        loss, yidx[yptr[i]], s, a, kii, C, gamma, k, out, work, vals, srt, idx, extra, troots, i
     )
 
 
