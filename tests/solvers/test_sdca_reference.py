@@ -561,6 +561,26 @@ def test_exact_trajectory_against_numpy_sdca(method, gamma, C, sparse, scale, sh
     assert np.abs(A_ref).max() > 0.05 * C
 
 
+@pytest.mark.parametrize(
+    "method,gamma,C,n",
+    [("svm_multi", 0.0, 1.0, 31), ("lr_multi", 0.0, 2.0, 30), ("lr_ova", 0.0, 1.0, 31)],
+)
+def test_exact_trajectory_with_wide_dense_features(method, gamma, C, n):
+    """d = 9: the four-row blocks of the paired dense passes and their one-row tail (the cases
+    above have d = 3 < four rows); odd and even n (a last unpaired example); the hinge case
+    takes the sparse-change path, the smooth ones the dense one."""
+    m, seed = 5, 3
+    X, y = make_tiny(n, 9, m, 51, zero_rows=(4,))
+    res = solve_sdca(
+        X, y, n_classes=m, loss_id=get_method(method).loss_id, C=C, gamma=gamma, eps=1e-300,
+        max_epochs=3, seed=seed, warn=False, shrink=False,
+    )  # fmt: skip
+    A_ref, W_ref, _ = numpy_sdca(X, y, m, method, C, gamma, seed, epochs=3, shrink=False)
+    np.testing.assert_allclose(res.A, A_ref, rtol=0, atol=1e-10 * C)
+    np.testing.assert_allclose(res.W, W_ref, rtol=0, atol=1e-10 * max(1.0, np.abs(W_ref).max()))
+    assert np.abs(A_ref).max() > 0.05 * C
+
+
 @pytest.mark.parametrize("sparse", [False, True])
 def test_eval_every_does_not_change_the_trajectory(sparse):
     """Permutations are drawn one per epoch in order whatever the evaluation period."""

@@ -377,13 +377,14 @@ def _update_columns_dense(X, i, delta, cols, nz, W):
 
 
 # Dense passes over W (d x m, row-major: one feature's m weights are contiguous).  Each example
-# costs two passes, the scores s = W^T x_i and the rank-1 update W += x_i delta^T; W (100 KB at
-# d = 128, m = 100) lives in L2, so the epoch is bound by moving W, not by flops.  Two measures,
-# both keeping every sum in the order of the plain row-by-row loop (so results are bitwise the
-# same): the update of example i and the scores of the next example of the permutation share
-# one pass over W (fused), and each pass over the score vector takes four feature rows (the
-# score accumulators are loaded and stored once per four rows).  Measured by `topkbench bench
-# sdca`: the svm_multi epoch went from 0.078 to 0.049 s (README, "SDCA epochs").
+# needs the scores s = W^T x_i and the rank-1 update W += x_i delta^T; W (100 KB at d = 128,
+# m = 100) lives in L2, so the epoch is bound by moving W, not by flops.  Three measures: the
+# updates of one pair of examples and the scores of the next pair share one pass over W
+# (sdca_epochs_dense), each pass over the score vectors takes four feature rows (the score
+# accumulators are loaded and stored once per four rows), and sparse block changes update only
+# their columns.  Measured by `topkbench bench sdca` (README, "SDCA epochs"): the svm_multi
+# epoch went from 0.078 s (one example per pass, one row at a time) to 0.049 s (fused per
+# example, four rows) and 0.040 s (pairs).
 _ROWS = 4
 
 
@@ -457,6 +458,96 @@ def _update_scores_dense(X, i, delta, nxt, W, s):
 
 
 @njit(cache=True)
+def _scores_pair(X, c, d, W, sc, sd):
+    """``sc = W^T x_c`` and ``sd = W^T x_d`` in one read-only pass over W (sums in feature
+    order, as :func:`_scores_dense`).  Returns ``<x_c, x_d>``."""
+    dim = X.shape[1]
+    m = W.shape[1]
+    for j in range(m):
+        sc[j] = 0.0
+        sd[j] = 0.0
+    xcd = 0.0
+    f = 0
+    while f + _ROWS <= dim:
+        c0, c1, c2, c3 = _four(X, c, f)
+        d0, d1, d2, d3 = _four(X, d, f)
+        xcd = (((xcd + c0 * d0) + c1 * d1) + c2 * d2) + c3 * d3
+        for j in range(m):
+            w0 = W[f, j]
+            w1 = W[f + 1, j]
+            w2 = W[f + 2, j]
+            w3 = W[f + 3, j]
+            sc[j] = (((sc[j] + c0 * w0) + c1 * w1) + c2 * w2) + c3 * w3
+            sd[j] = (((sd[j] + d0 * w0) + d1 * w1) + d2 * w2) + d3 * w3
+        f += _ROWS
+    while f < dim:
+        cf = X[c, f]
+        df = X[d, f]
+        xcd += cf * df
+        for j in range(m):
+            sc[j] += cf * W[f, j]
+            sd[j] += df * W[f, j]
+        f += 1
+    return xcd
+
+
+@njit(cache=True)
+def _update_pair_scores_pair(X, a, da, b, db, c, d, W, sc, sd):
+    """``W += x_a da^T + x_b db^T``, then ``sc = W^T x_c`` and ``sd = W^T x_d`` with the new W,
+    all in one pass over W.  Returns ``<x_c, x_d>``."""
+    dim = X.shape[1]
+    m = W.shape[1]
+    for j in range(m):
+        sc[j] = 0.0
+        sd[j] = 0.0
+    xcd = 0.0
+    f = 0
+    while f + _ROWS <= dim:
+        a0, a1, a2, a3 = _four(X, a, f)
+        b0, b1, b2, b3 = _four(X, b, f)
+        c0, c1, c2, c3 = _four(X, c, f)
+        d0, d1, d2, d3 = _four(X, d, f)
+        xcd = (((xcd + c0 * d0) + c1 * d1) + c2 * d2) + c3 * d3
+        for j in range(m):
+            ea = da[j]
+            eb = db[j]
+            w0 = (W[f, j] + a0 * ea) + b0 * eb
+            W[f, j] = w0
+            w1 = (W[f + 1, j] + a1 * ea) + b1 * eb
+            W[f + 1, j] = w1
+            w2 = (W[f + 2, j] + a2 * ea) + b2 * eb
+            W[f + 2, j] = w2
+            w3 = (W[f + 3, j] + a3 * ea) + b3 * eb
+            W[f + 3, j] = w3
+            sc[j] = (((sc[j] + c0 * w0) + c1 * w1) + c2 * w2) + c3 * w3
+            sd[j] = (((sd[j] + d0 * w0) + d1 * w1) + d2 * w2) + d3 * w3
+        f += _ROWS
+    while f < dim:
+        af = X[a, f]
+        bf = X[b, f]
+        cf = X[c, f]
+        df = X[d, f]
+        xcd += cf * df
+        for j in range(m):
+            w = (W[f, j] + af * da[j]) + bf * db[j]
+            W[f, j] = w
+            sc[j] += cf * w
+            sd[j] += df * w
+        f += 1
+    return xcd
+
+
+@njit(cache=True)
+def _apply_change(X, i, delta, cols, nz, W):
+    """``W += x_i delta^T`` for a block change with ``nz`` nonzeros (listed in ``cols``):
+    column by column when sparse (see ``_SPARSE_DELTA``), else one dense pass."""
+    if nz * _SPARSE_DELTA > W.shape[1]:
+        _update_scores_dense(X, i, delta, -1, W, delta)
+    elif nz > 0:
+        _update_columns_dense(X, i, delta, cols, nz, W)
+
+
+@njit(cache=True)
 def sdca_epochs_dense(X, yptr, yidx, sqnorms, A, W, perms, loss, C, gamma, k, troots):
     """Run ``perms.shape[0]`` SDCA epochs in place on dense ``X`` (n x d), ``W`` (d x m).
 
@@ -467,32 +558,61 @@ def sdca_epochs_dense(X, yptr, yidx, sqnorms, A, W, perms, loss, C, gamma, k, tr
     starting points for the softmax root finding.  Returns the number of block updates whose
     inner root finding did not converge.
 
-    The rank-1 update of each example and the scores of the next one share a pass over W
-    (:func:`_update_scores_dense`); the arithmetic is that of the plain loop.
+    Examples go in pairs ``(a, b)`` of consecutive entries of the permutation, with one pass
+    over W per pair instead of one per example (W lives in L2 and moving it bounds the epoch).
+    ``s_a`` is exact when ``a``'s update starts; ``b``'s scores were computed in the same pass
+    as ``a``'s, before ``a``'s change ``delta_a`` reached W, and are completed by the rank-one
+    identity ``W'^T x_b = W^T x_b + <x_a, x_b> delta_a`` (``W' = W + x_a delta_a^T``).  The
+    pass after the pair then applies both changes and computes the next pair's scores
+    (:func:`_update_pair_scores_pair`); when both changes together are sparse (at most
+    ``m / _SPARSE_DELTA`` nonzeros, e.g. SVM^Multi near the optimum) they go column by column
+    and the scores take a read-only pass (:func:`_scores_pair`).  Every example's update sees
+    the scores of exactly the W the sequential algorithm has (same trajectory; rounding
+    differs from a per-example loop at the last bits of the scores).
     """
     n_epochs = perms.shape[0]
     npe = perms.shape[1]
     m = W.shape[1]
     scratch = _scratch(m)
     s, new, cols, delta = scratch[0], scratch[1], scratch[5], scratch[7]
+    s_b, delta_b, cols_b = np.empty(m), np.empty(m), np.empty(m, dtype=np.int64)
     failures = 0
     for e in range(n_epochs):
         if npe == 0:
             continue
-        _scores_dense(X, perms[e, 0], W, s)
-        for p in range(npe):
-            i = perms[e, p]
-            nxt = perms[e, p + 1] if p + 1 < npe else -1
-            if _update(loss, yptr, yidx, i, s, A[i], sqnorms[i], C, gamma, k, new, scratch, troots):
+        xab = 0.0
+        if npe >= 2:
+            xab = _scores_pair(X, perms[e, 0], perms[e, 1], W, s, s_b)
+        else:
+            _scores_dense(X, perms[e, 0], W, s)
+        for p in range(0, npe, 2):
+            a = perms[e, p]
+            b = perms[e, p + 1] if p + 1 < npe else -1
+            if _update(loss, yptr, yidx, a, s, A[a], sqnorms[a], C, gamma, k, new, scratch, troots):
                 failures += 1
-            nz = _store_block(A, i, new, delta, cols)
-            if nz > 0 and nz * _SPARSE_DELTA > m:
-                _update_scores_dense(X, i, delta, nxt, W, s)
+            nz_a = _store_block(A, a, new, delta, cols)
+            nz_b = 0
+            if b >= 0:
+                if nz_a > 0:
+                    for j in range(m):
+                        s_b[j] += xab * delta[j]
+                if _update(
+                    loss, yptr, yidx, b, s_b, A[b], sqnorms[b], C, gamma, k, new, scratch, troots
+                ):
+                    failures += 1
+                nz_b = _store_block(A, b, new, delta_b, cols_b)
+            c = perms[e, p + 2] if p + 2 < npe else -1
+            d = perms[e, p + 3] if p + 3 < npe else -1
+            if d >= 0 and (nz_a + nz_b) * _SPARSE_DELTA > m:
+                xab = _update_pair_scores_pair(X, a, delta, b, delta_b, c, d, W, s, s_b)
                 continue
-            if nz > 0:
-                _update_columns_dense(X, i, delta, cols, nz, W)
-            if nxt >= 0:
-                _scores_dense(X, nxt, W, s)
+            _apply_change(X, a, delta, cols, nz_a, W)
+            if b >= 0:
+                _apply_change(X, b, delta_b, cols_b, nz_b, W)
+            if d >= 0:
+                xab = _scores_pair(X, c, d, W, s, s_b)
+            elif c >= 0:
+                _scores_dense(X, c, W, s)
     return failures
 
 
