@@ -135,3 +135,18 @@ def test_entropic_root_with_entries_outside_the_series_range():
         assert abs(h) <= 1e-12 * alpha * (len(b) + 1)
         want = np.array([V_reference(bj - t) for bj in b]) / alpha
         np.testing.assert_allclose(x, want, rtol=1e-13, atol=1e-300)
+
+
+def test_v_step_is_taylor_to_rounding():
+    """_v_step moves V by up to _TAYLOR_SPAN with the fourth-order formula: the derivatives of
+    V written in V are right (a wrong one shows at delta = 1e-3 as an error of ~1e-12 or more)
+    and the remainder is below rounding.  Steps are powers of two, so that ``x - delta`` is
+    exact and the reference sees no rounding of its argument."""
+    from topkbench.kernels.roots import _TAYLOR_SPAN, _v_step
+
+    assert 2.0**-10 <= _TAYLOR_SPAN
+    for x in (-700.0, -40.0, -5.0, -3.0, -0.5, 0.0, 0.75, 3.0, 18.0, 400.0, 1e6):
+        v = V_reference(x)
+        for delta in (2.0**-10, -(2.0**-10), 2.0**-12, -(2.0**-20), 0.0):
+            want = V_reference(x - delta)
+            assert abs(_v_step(v, delta) - want) <= 4e-16 * want + 1e-300, (x, delta)

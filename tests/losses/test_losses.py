@@ -63,14 +63,16 @@ def L(loss, y, s, gamma):
     s = np.ascontiguousarray(s, dtype=np.float64)
     m = s.shape[0]
     return loss_value(
-        loss, int(y), s, float(gamma), 1, np.empty(m), np.empty(m), np.empty(m, dtype=np.int64)
-    )
+        loss, int(y), s, float(gamma), 1, np.empty(m), np.empty(m), np.empty(m, dtype=np.int64),
+        np.empty(m),
+    )  # fmt: skip
 
 
 def L_star(loss, y, v, gamma, C=1.0):
     """L*(y, v) through the kernel, which takes the dual block a = -C v."""
     a = np.ascontiguousarray(-C * np.asarray(v, dtype=np.float64))
-    return -neg_conjugate_value(loss, int(y), a, float(C), float(gamma), 1)
+    scratch = (np.empty(a.shape[0]), np.empty(a.shape[0]), np.empty(a.shape[0]))
+    return -neg_conjugate_value(loss, int(y), a, float(C), float(gamma), 1, *scratch)
 
 
 def fenchel_young(loss, y, s, v, gamma):

@@ -90,8 +90,9 @@ def L_multi(loss, y, u, gamma=0.0):
     u = np.ascontiguousarray(u, dtype=np.float64)
     m = u.shape[0]
     return loss_value(
-        loss, int(y), u, float(gamma), 1, np.empty(m), np.empty(m), np.empty(m, np.int64)
-    )
+        loss, int(y), u, float(gamma), 1, np.empty(m), np.empty(m), np.empty(m, np.int64),
+        np.empty(m),
+    )  # fmt: skip
 
 
 # --- references --------------------------------------------------------------------------------

@@ -60,13 +60,15 @@ def L(name, y, s, gamma=0.0, k=1):
         np.empty(m),
         np.empty(m),
         np.empty(m, dtype=np.int64),
+        np.empty(m),
     )
 
 
 def L_star(name, y, v, gamma=0.0, k=1, C=1.0):
     """L*(y, v) through the kernel, which takes the dual block a = -C v."""
     a = np.ascontiguousarray(-C * np.asarray(v, dtype=np.float64))
-    return -neg_conjugate_value(loss_id(name), int(y), a, float(C), float(gamma), int(k))
+    scratch = (np.empty(a.shape[0]), np.empty(a.shape[0]), np.empty(a.shape[0]))
+    return -neg_conjugate_value(loss_id(name), int(y), a, float(C), float(gamma), int(k), *scratch)
 
 
 def hinge_margins(y, s):

@@ -67,11 +67,16 @@ def fit_certified(X, y, method, **kw):
 # --- objective values, computed outside the solver ------------------------------------------
 
 
+def conj_scratch(A):
+    """Float scratch of neg_conjugate_value for blocks of length m = A.shape[1]."""
+    return np.empty(A.shape[1]), np.empty(A.shape[1]), np.empty(A.shape[1])
+
+
 def example_losses(S, y, method, gamma, k):
     """Per-example L(y_i, s_i) from the kernel's loss_value (checked against closed forms and
     cvxpy in tests/losses/test_topk_losses.py)."""
     n, m = S.shape
-    scratch = (np.empty(m), np.empty(m), np.empty(m, dtype=np.int64))
+    scratch = (np.empty(m), np.empty(m), np.empty(m, dtype=np.int64), np.empty(m))
     lid = get_method(method).loss_id
     return np.array(
         [loss_value(lid, y[i], np.ascontiguousarray(S[i]), gamma, k, *scratch) for i in range(n)]
@@ -323,7 +328,11 @@ def test_pseudo_alpha_optimum_is_not_the_printed_alpha_optimum(problem_factory):
     lid = get_method("topk_svm_alpha").loss_id
     n, lam = X.shape[0], 1.0 / (C * X.shape[0])
     D_kernel = lam * (
-        C * sum(neg_conjugate_value(lid, y[i], pseudo.A[i], C, 0.0, k) for i in range(n))
+        C
+        * sum(
+            neg_conjugate_value(lid, y[i], pseudo.A[i], C, 0.0, k, *conj_scratch(pseudo.A))
+            for i in range(n)
+        )
         - 0.5 * float(np.sum(pseudo.W**2))
     )
     assert D_kernel == pytest.approx(D, rel=1e-12)
@@ -509,7 +518,7 @@ def test_zero_norm_examples_close_the_gap(problem_factory, method, k, gamma, spa
     assert -1e-14 <= model.relative_gap <= 1e-8
     lid = get_method(method).loss_id
     for i in (0, 1, 2, 3, 9):
-        value = neg_conjugate_value(lid, y[i], model.A[i], C, gamma, k)
+        value = neg_conjugate_value(lid, y[i], model.A[i], C, gamma, k, *conj_scratch(model.A))
         assert value == pytest.approx(loss_at_zero(method, m, gamma), rel=1e-12)
         x = -np.delete(model.A[i], y[i]) / C
         assert in_conjugate_domain(method, x, k)

@@ -17,6 +17,8 @@ from topkbench.kernels.vecmath import exp_shifted
 STATUS_OK = 0
 STATUS_ROOT_NOT_CONVERGED = 1
 NEWTON_MAX_ITER = 100
+_EPS = 2.220446049250313e-16
+_TAYLOR_SPAN = 1e-3  # _entropic_root: steps this short move V by _v_step
 _ANCHOR_SPAN = 30.0  # _entropic_root: recompute e^{b_j - t_ref} when t moves farther
 
 
@@ -45,6 +47,29 @@ def _v_sums(vals, n):
         d1 += w
         d2 += w * inv * inv
     return h, d1, d2
+
+
+@njit(cache=True, error_model="numpy")
+def _v_step(v, delta):
+    """``V(x - delta)`` from ``v = V(x)`` by Taylor's formula to fourth order, with the
+    derivatives of V written in V (from ``V' = V/(1+V)``): ``V'' = V/(1+V)^3``, ``V''' =
+    V (1-2V)/(1+V)^5``, ``V'''' = V (1 - 8V + 6V^2)/(1+V)^7``.  Every derivative is at most
+    ``V'`` in size, so for ``|delta| <= _TAYLOR_SPAN`` the remainder is below ``V' |delta|^5
+    / 120 < 1e-17 V'`` (``tests/kernels/test_sdca_roots.py``)."""
+    inv = 1.0 / (1.0 + v)
+    i2 = inv * inv
+    w = v * inv
+    e2 = w * i2
+    e3 = e2 * (1.0 - 2.0 * v) * i2
+    e4 = e2 * (1.0 + v * (6.0 * v - 8.0)) * i2 * i2
+    return v - delta * (w - delta * (0.5 * e2 - delta * (e3 / 6.0 - delta * e4 / 24.0)))
+
+
+@njit(cache=True, error_model="numpy")
+def _v_taylor(vals, n, delta):
+    """``vals[j] = V(x_j)`` -> ``V(x_j - delta)`` by :func:`_v_step` (branch-free)."""
+    for j in range(n):
+        vals[j] = _v_step(vals[j], delta)
 
 
 @njit(cache=True, error_model="numpy")
@@ -113,13 +138,23 @@ def _entropic_root(b, alpha, vals, ex, near, t_start):
     tol = 4.0 * nterms * 2.220446049250313e-16 * alpha
     cut = math.exp(SERIES_T_MAX)
     t_ref = math.nan
+    t_vals = math.nan  # vals[j] = V(b_j - t_vals), v = V(alpha - t_vals)
+    v = 0.0
     for _it in range(NEWTON_MAX_ITER):
-        if not abs(t - t_ref) <= _ANCHOR_SPAN:
-            t_ref = t
-            exp_shifted(b, t_ref, mb, ex, vals)
-        _v_values(b, t, t_ref, ex, vals, near, n_near, cut)
+        shift = t - t_vals
+        if abs(shift) <= _TAYLOR_SPAN:
+            # a short step (the last ones before convergence): V moved by Taylor's formula,
+            # branch-free for every entry, instead of the series and the closed forms
+            _v_taylor(vals, mb, shift)
+            v = _v_step(v, shift)
+        else:
+            if not abs(t - t_ref) <= _ANCHOR_SPAN:
+                t_ref = t
+                exp_shifted(b, t_ref, mb, ex, vals)
+            _v_values(b, t, t_ref, ex, vals, near, n_near, cut)
+            v = lambertw_exp(alpha - t)
+        t_vals = t
         hs, d1, d2 = _v_sums(vals, mb)
-        v = lambertw_exp(alpha - t)
         inv = 1.0 / (1.0 + v)
         w = v * inv
         h = (v - alpha) + hs
@@ -132,19 +167,23 @@ def _entropic_root(b, alpha, vals, ex, near, t_start):
         else:
             hi = t
         den = 2.0 * d1 * d1 - h * d2
-        if den > 0.0:
+        halley = den > 0.0
+        if halley:
             t_new = t + 2.0 * h * d1 / den
         else:
             t_new = t + h / d1
         # the ends are allowed: a step at rounding level can land on one
         if not (lo <= t_new <= hi):
             t_new = 0.5 * (lo + hi)
-        if abs(t_new - t) <= 1e-15 * max(1.0, abs(t)):
-            # a step at rounding level (the residual's floor is ~ ulp(t) |h'|, above tol when
-            # |t| is large)
-            if t_new != t:
-                # |t_new - t_ref| <= _ANCHOR_SPAN + 1e-15 max(1, |t|): the anchor still serves
-                _v_values(b, t_new, t_ref, ex, vals, near, n_near, cut)
+            halley = False
+        delta = t_new - t
+        if halley and delta * delta * abs(delta) <= _EPS * max(1.0, abs(t)):
+            # Halley's error after this step is ~ |h3 / h'| |delta|^3 / 6, and the third
+            # derivative |h3| <= |h'| (V^(k) <= V' for k = 2, 3), so t_new is the root to
+            # rounding, and V at t_new is one Taylor step from V at t (_v_step).  Saves the
+            # evaluation that would only confirm it; also ends a step at rounding level, where
+            # the residual's floor ~ ulp(t) |h'| can stay above tol when |t| is large.
+            _v_taylor(vals, mb, delta)
             return t_new, STATUS_OK
         t = t_new
     return t, STATUS_ROOT_NOT_CONVERGED

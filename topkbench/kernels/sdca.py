@@ -683,12 +683,96 @@ def sdca_epochs_gram(K, yptr, yidx, A, perms, loss, C, gamma, k, troots):
     return failures
 
 
+@njit(cache=True, fastmath={"reassoc"}, error_model="numpy")
+def _vsum(x, n):
+    """``sum_{j<n} x_j``; ``reassoc`` lets LLVM split it into vector lanes (the certificate
+    sums below; the order is fixed by the compiled code, so a run is reproducible)."""
+    acc = 0.0
+    for j in range(n):
+        acc += x[j]
+    return acc
+
+
+@njit(cache=True, fastmath={"reassoc"}, error_model="numpy")
+def _vdot(x, y, n):
+    """``sum_{j<n} x_j y_j`` (vectorized as :func:`_vsum`)."""
+    acc = 0.0
+    for j in range(n):
+        acc += x[j] * y[j]
+    return acc
+
+
+@njit(cache=True, fastmath={"reassoc"}, error_model="numpy")
+def _log1p_sum(ex, lg, n):
+    """``sum_j log(1 + ex_j)`` given ``lg_j = log(1 + ex_j)`` as computed from the rounded
+    ``u_j = 1 + ex_j``: the factor ``ex_j / (u_j - 1)`` restores full relative accuracy for
+    small ``ex_j`` (the classic log1p correction; ``log1p(ex) = ex`` where ``u_j = 1``)."""
+    acc = 0.0
+    for j in range(n):
+        e = ex[j]
+        u1 = (1.0 + e) - 1.0
+        acc += lg[j] * (e / u1) if u1 != 0.0 else e
+    return acc
+
+
 @njit(cache=True)
-def _log1p_exp(z):
-    """log(1 + e^z) without overflow."""
-    if z > 0.0:
-        return z + math.log1p(math.exp(-z))
-    return math.log1p(math.exp(z))
+def _lr_multi_loss(s, y, ex, tmp):
+    """``log sum_j e^{s_j} - s_y`` (LR^Multi, TPAMI Table 1), shifted by ``max s``; ``ex`` and
+    ``tmp`` are scratch.  Vectorized exp (:func:`~topkbench.kernels.vecmath.exp_shifted`)."""
+    m = s.shape[0]
+    mx = s[0]
+    for j in range(m):
+        mx = max(mx, s[j])
+    exp_shifted(s, mx, m, ex, tmp)
+    return mx + math.log(_vsum(ex, m)) - s[y]
+
+
+@njit(cache=True)
+def _lr_ova_loss(s, y, z, ex, tmp):
+    """``sum_c log(1 + e^{-ytilde_c s_c})`` (LR^OVA) as ``sum_c max(v_c, 0) + log(1 +
+    e^{-|v_c|})`` with ``v_c = -ytilde_c s_c`` (no overflow); ``z``, ``ex``, ``tmp`` are
+    scratch.  Vectorized exp and log."""
+    m = s.shape[0]
+    pos = 0.0
+    for c in range(m):
+        v = s[c] if c != y else -s[c]
+        pos += max(v, 0.0)
+        z[c] = -abs(v)
+    exp_shifted(z, 0.0, m, ex, tmp)
+    for c in range(m):
+        z[c] = 1.0 + ex[c]
+    log_into(z, m, z, tmp)
+    return pos + _log1p_sum(ex, z, m)
+
+
+@njit(cache=True)
+def _entropic_neg_conj(a, y, C, x, lx, tmp):
+    """``-<x, log x> - (1 - <1,x>) log(1 - <1,x>)`` with ``x_j = -a_j / C`` for ``j != y``
+    (LR^Multi and top-k Ent, TPAMI Props. 3-4); ``x``, ``lx``, ``tmp`` are scratch.
+    Vectorized log (``x log x = 0`` at ``x = 0`` through the clamp of
+    :func:`~topkbench.kernels.vecmath.log_into`)."""
+    m = a.shape[0]
+    for j in range(m):
+        x[j] = -a[j] / C
+    x[y] = 0.0
+    total = _vsum(x, m)
+    log_into(x, m, lx, tmp)
+    return -_vdot(x, lx, m) - _xlogx(1.0 - total)
+
+
+@njit(cache=True)
+def _lr_ova_neg_conj(a, y, C, x, lx, tmp):
+    """``-sum_c beta_c log beta_c + (1 - beta_c) log(1 - beta_c)`` with ``beta_c = ytilde_c
+    a_c / C`` (LR^OVA); ``x``, ``lx``, ``tmp`` are scratch.  Vectorized log."""
+    m = a.shape[0]
+    for c in range(m):
+        x[c] = a[c] / C if c == y else -a[c] / C
+    log_into(x, m, lx, tmp)
+    ent = _vdot(x, lx, m)
+    for c in range(m):
+        x[c] = 1.0 - x[c]
+    log_into(x, m, lx, tmp)
+    return -ent - _vdot(x, lx, m)
 
 
 @njit(cache=True)
@@ -758,9 +842,9 @@ def _hinge_loss(loss, z, gamma, k, srt, idx):
 
 
 @njit(cache=True)
-def loss_value(loss, y, s, gamma, k, work, srt, idx):
-    """Primal loss ``L(y, s)`` for one example with scores ``s``; ``work``, ``srt``, ``idx``
-    are scratch arrays of length m."""
+def loss_value(loss, y, s, gamma, k, work, srt, idx, extra):
+    """Primal loss ``L(y, s)`` for one example with scores ``s``; ``work``, ``srt``, ``extra``
+    (float) and ``idx`` (int) are scratch arrays of length m."""
     m = s.shape[0]
     sy = s[y]
     if is_hinge(loss) or loss == LOSS_TOPK_ENT:
@@ -775,14 +859,7 @@ def loss_value(loss, y, s, gamma, k, work, srt, idx):
             return topk_ent_loss(z, k, srt)
         return _hinge_loss(loss, z, gamma, k, srt, idx)
     elif loss == LOSS_LR_MULTI:
-        mx = s[0]
-        for j in range(m):
-            if s[j] > mx:
-                mx = s[j]
-        acc = 0.0
-        for j in range(m):
-            acc += math.exp(s[j] - mx)
-        return mx + math.log(acc) - sy
+        return _lr_multi_loss(s, y, work, srt)
     elif loss == LOSS_SVM_OVA:
         total = 0.0
         for c in range(m):
@@ -798,16 +875,13 @@ def loss_value(loss, y, s, gamma, k, work, srt, idx):
                 total += r * r / (2.0 * gamma)
         return total
     else:
-        total = 0.0
-        for c in range(m):
-            yt = 1.0 if c == y else -1.0
-            total += _log1p_exp(-yt * s[c])
-        return total
+        return _lr_ova_loss(s, y, work, srt, extra)
 
 
 @njit(cache=True)
-def neg_conjugate_value(loss, y, a, C, gamma, k):
-    """``-L*(y, -a / C)`` for one dual block ``a`` (the example's share of D / (lambda C)).
+def neg_conjugate_value(loss, y, a, C, gamma, k, x, lx, tmp):
+    """``-L*(y, -a / C)`` for one dual block ``a`` (the example's share of D / (lambda C));
+    ``x``, ``lx``, ``tmp`` are float scratch of length m.
 
     The hinge family shares ``<1,x> - gamma/2 ||x||^2`` and the entropic family
     ``-<x, log x> - (1-s) log(1-s)`` (TPAMI Props. 1-4); they differ only in the domain, which
@@ -825,14 +899,7 @@ def neg_conjugate_value(loss, y, a, C, gamma, k):
                 sq += x * x
         return total - 0.5 * gamma * sq
     elif is_entropic(loss):
-        total = 0.0
-        ent = 0.0
-        for j in range(m):
-            if j != y:
-                x = -a[j] / C
-                total += x
-                ent += _xlogx(x)
-        return -ent - _xlogx(1.0 - total)
+        return _entropic_neg_conj(a, y, C, x, lx, tmp)
     elif loss == LOSS_SVM_OVA:
         total = 0.0
         for c in range(m):
@@ -841,12 +908,7 @@ def neg_conjugate_value(loss, y, a, C, gamma, k):
             total += beta - 0.5 * gamma * beta * beta
         return total
     else:
-        total = 0.0
-        for c in range(m):
-            yt = 1.0 if c == y else -1.0
-            beta = a[c] * yt / C
-            total -= _xlogx(beta) + _xlogx(1.0 - beta)
-        return total
+        return _lr_ova_neg_conj(a, y, C, x, lx, tmp)
 
 
 @njit(cache=True)
@@ -865,6 +927,9 @@ def objective_terms(S, yptr, yidx, A, loss, C, gamma, k, lsum0, csum0, gaps):
     want_gaps = gaps.shape[0] == n
     work = np.empty(m)
     srt = np.empty(m)
+    x = np.empty(m)
+    lx = np.empty(m)
+    tmp = np.empty(m)
     idx = np.empty(m, dtype=np.int64)
     mask = np.zeros(m, dtype=np.bool_)
     ml = is_multilabel(loss)
@@ -877,13 +942,10 @@ def objective_terms(S, yptr, yidx, A, loss, C, gamma, k, lsum0, csum0, gaps):
             ci = neg_conjugate_value_ml(loss, labels, A[i], C, gamma, mask)
         else:
             y = yidx[yptr[i]]
-            li = loss_value(loss, y, S[i], gamma, k, work, srt, idx)
-            ci = neg_conjugate_value(loss, y, A[i], C, gamma, k)
+            li = loss_value(loss, y, S[i], gamma, k, work, srt, idx, tmp)
+            ci = neg_conjugate_value(loss, y, A[i], C, gamma, k, x, lx, tmp)
         lsum += li
         csum += ci
         if want_gaps:
-            inner = 0.0
-            for j in range(m):
-                inner += A[i, j] * S[i, j]
-            gaps[i] = C * (li - ci) + inner
+            gaps[i] = C * (li - ci) + _vdot(A[i], S[i], m)
     return lsum, csum

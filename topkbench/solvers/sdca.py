@@ -138,7 +138,11 @@ def evaluate_objective(X, y, A, W, loss_id: int, C: float, gamma: float, k: int,
     n = A.shape[0]
     yptr, yidx = as_label_csr(y)
     g = _NO_GAPS if gaps is None else gaps
-    if not _blocked(X, W.shape[1]):
+    if not W.any():
+        # W = 0 (the start of every run): the scores are 0, no n x d x m product needed
+        S = np.zeros((n, W.shape[1]))
+        lsum, csum = _k.objective_terms(S, yptr, yidx, A, loss_id, C, gamma, k, 0.0, 0.0, g)
+    elif not _blocked(X, W.shape[1]):
         S = np.ascontiguousarray(X @ W, dtype=np.float64)
         lsum, csum = _k.objective_terms(S, yptr, yidx, A, loss_id, C, gamma, k, 0.0, 0.0, g)
     else:
@@ -276,7 +280,7 @@ def solve_sdca(
             return evaluate_objective_gram(Xk, y, A, loss_id, C, gamma, k, gaps)
     else:
         sqnorms = row_sqnorms(Xk)
-        W = features_t_dot(Xk, A)
+        W = features_t_dot(Xk, A) if A0 is not None else np.zeros((Xk.shape[1], m))
 
         def objective():
             return evaluate_objective(Xk, y, A, W, loss_id, C, gamma, k, gaps)
