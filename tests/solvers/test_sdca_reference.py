@@ -562,14 +562,22 @@ def test_exact_trajectory_against_numpy_sdca(method, gamma, C, sparse, scale, sh
 
 
 @pytest.mark.parametrize(
-    "method,gamma,C,n",
-    [("svm_multi", 0.0, 1.0, 31), ("lr_multi", 0.0, 2.0, 30), ("lr_ova", 0.0, 1.0, 31)],
+    "method,gamma,C,n,m",
+    [
+        ("svm_multi", 0.0, 1.0, 31, 5),
+        ("svm_multi", 0.0, 1.0, 80, 40),
+        ("svm_multi", 0.5, 2.0, 81, 40),
+        ("lr_multi", 0.0, 2.0, 30, 5),
+        ("lr_ova", 0.0, 1.0, 31, 5),
+    ],
 )
-def test_exact_trajectory_with_wide_dense_features(method, gamma, C, n):
+def test_exact_trajectory_with_wide_dense_features(method, gamma, C, n, m):
     """d = 9: the four-row blocks of the paired dense passes and their one-row tail (the cases
-    above have d = 3 < four rows); odd and even n (a last unpaired example); the hinge case
-    takes the sparse-change path, the smooth ones the dense one."""
-    m, seed = 5, 3
+    above have d = 3 < four rows); odd and even n (a last unpaired example).  With m = 40 an
+    SVM^Multi step changes few enough classes (2-5 of m) for the sparse-change path: column
+    updates for both examples of a pair, then a read-only pass (the first pair's columns must
+    survive the second example's update); the smooth losses take the dense path."""
+    seed = 3
     X, y = make_tiny(n, 9, m, 51, zero_rows=(4,))
     res = solve_sdca(
         X, y, n_classes=m, loss_id=get_method(method).loss_id, C=C, gamma=gamma, eps=1e-300,

@@ -574,8 +574,10 @@ def sdca_epochs_dense(X, yptr, yidx, sqnorms, A, W, perms, loss, C, gamma, k, tr
     npe = perms.shape[1]
     m = W.shape[1]
     scratch = _scratch(m)
-    s, new, cols, delta = scratch[0], scratch[1], scratch[5], scratch[7]
-    s_b, delta_b, cols_b = np.empty(m), np.empty(m), np.empty(m, dtype=np.int64)
+    s, new, delta = scratch[0], scratch[1], scratch[7]
+    # own index arrays: a's changed columns must survive b's update, which uses scratch[5]
+    s_b, delta_b = np.empty(m), np.empty(m)
+    cols, cols_b = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64)
     failures = 0
     for e in range(n_epochs):
         if npe == 0:
