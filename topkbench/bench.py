@@ -856,8 +856,9 @@ def scale_worker(xpath: str, ypath: str | None, method: str, C: float, gamma: fl
         tiny = np.ascontiguousarray(ff.X[:64])
         fit(tiny, ff.labels[:64], method, C=C, gamma=gamma, k=k, max_epochs=1, n_classes=m,
             warn=False)  # fmt: skip
+        # a certificate after every epoch: each trace interval is one epoch + W resync + gap
         model = fit(ff.X, ff.labels, method, C=C, gamma=gamma, k=k, eps=1e-12,
-                    max_epochs=epochs, seed=seed, warn=False)  # fmt: skip
+                    max_epochs=epochs, seed=seed, eval_every=1, warn=False)  # fmt: skip
     trace = model.trace
     per_epoch = [b.seconds - a.seconds for a, b in zip(trace, trace[1:], strict=False)]
     # one more epoch of the bare kernel (no W resync, no certificate), as bench sdca times it

@@ -458,14 +458,19 @@ def _update_scores_dense(X, i, delta, nxt, W, s):
 
 
 @njit(cache=True)
+def _clear_pair(sc, sd):
+    for j in range(sc.shape[0]):
+        sc[j] = 0.0
+        sd[j] = 0.0
+
+
+@njit(cache=True)
 def _scores_pair(X, c, d, W, sc, sd):
     """``sc = W^T x_c`` and ``sd = W^T x_d`` in one read-only pass over W (sums in feature
     order, as :func:`_scores_dense`).  Returns ``<x_c, x_d>``."""
     dim = X.shape[1]
     m = W.shape[1]
-    for j in range(m):
-        sc[j] = 0.0
-        sd[j] = 0.0
+    _clear_pair(sc, sd)
     xcd = 0.0
     f = 0
     while f + _ROWS <= dim:
@@ -497,9 +502,7 @@ def _update_pair_scores_pair(X, a, da, b, db, c, d, W, sc, sd):
     all in one pass over W.  Returns ``<x_c, x_d>``."""
     dim = X.shape[1]
     m = W.shape[1]
-    for j in range(m):
-        sc[j] = 0.0
-        sd[j] = 0.0
+    _clear_pair(sc, sd)
     xcd = 0.0
     f = 0
     while f + _ROWS <= dim:
