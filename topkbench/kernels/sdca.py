@@ -259,8 +259,17 @@ def update_block(loss, y, s, a, kii, C, gamma, k, out, work, vals, srt, idx, ext
                 out[y] = C
                 return status
             rho = kii / den
+            bmax = -math.inf
             for p in range(m - 1):
                 b[p] = (b[p] + 1.0) / den
+                bmax = max(bmax, b[p])
+            if bmax <= 0.0:
+                # no margin violated even without this block: every domain lies in the
+                # nonnegative orthant and contains 0, where the objective's gradient -b >= 0,
+                # so x = 0 is the projection (most updates near the optimum; skips the sweeps)
+                for j in range(m):
+                    out[j] = 0.0
+                return status
             if loss == LOSS_SVM_MULTI:
                 t = simplex_biased_threshold(b, rho, C, idx)
                 c = math.inf
