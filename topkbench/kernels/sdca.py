@@ -129,22 +129,33 @@ _OVA_HALLEY_STEPS = 6
 
 @njit(cache=True, error_model="numpy")
 def _lr_ova_start(z, beta0, ck, m, u, ex, tmp):
-    """Starting points ``u[c]`` for ``u + z_c + ck sigmoid(u) = 0`` (``beta0`` is overwritten).
+    """Starting points ``u[c]`` for ``f(u) = u + z_c + ck sigmoid(u) = 0``, inside the bracket
+    ``[-z - ck, -z]``.
 
-    The previous root ``logit(beta0_c)`` when ``0 < beta0_c < 1`` (it moves little between
-    epochs), else the start of :func:`~topkbench.kernels.roots._logistic_dual_root` from which
-    Newton converges monotonically (``min(-z, 0)`` if ``f(0) > 0``, else ``max(-z - ck, 0)``);
-    always inside the bracket ``[-z - ck, -z]``."""
-    log_into(beta0, m, ex, tmp)
+    Where ``0 < beta0_c < 1`` the previous root ``u0 = logit(beta0_c)`` (one vector log of
+    ``beta0 / (1 - beta0)``) is a warm start, and since ``sigmoid(u0) = beta0_c`` the first
+    Halley step from it (:func:`_lr_ova_halley_step`'s formulas) needs no exp: it is taken
+    here (unless u0 had to be clipped to the bracket, where that identity fails).  Elsewhere
+    (a zero block: the first epoch) the start of
+    :func:`~topkbench.kernels.roots._logistic_dual_root`, from which Newton converges
+    monotonically: ``min(-z, 0)`` if ``f(0) > 0``, else ``max(-z - ck, 0)``."""
     for c in range(m):
-        u[c] = 1.0 - beta0[c]
-    log_into(u, m, u, tmp)
+        ex[c] = beta0[c] / (1.0 - beta0[c])
+    log_into(ex, m, u, tmp)
     for c in range(m):
         lo = -z[c] - ck
         hi = -z[c]
+        b = beta0[c]
+        u0 = min(max(u[c], lo), hi)
+        q = b * (1.0 - b)
+        f = u0 + z[c] + ck * b
+        d1 = 1.0 + ck * q
+        den = 2.0 * d1 * d1 - f * ck * q * (1.0 - 2.0 * b)
+        step = u0 - (2.0 * f * d1 / den if den > 0.0 else f / d1)
+        step = min(max(step, lo), hi)
         safe = min(hi, 0.0) if z[c] + 0.5 * ck > 0.0 else max(lo, 0.0)
-        warm = 0.0 < beta0[c] < 1.0
-        u[c] = min(max(ex[c] - u[c], lo), hi) if warm else safe
+        warm = 0.0 < b < 1.0
+        u[c] = (step if u0 == u[c] else u0) if warm else safe
 
 
 @njit(cache=True, error_model="numpy")
