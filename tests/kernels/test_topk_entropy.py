@@ -501,7 +501,7 @@ def prox_with_status(b, alpha, k):
     out = np.empty_like(b)
     _, status = topk_ent_prox(
         b, alpha, k, out, np.empty_like(b), np.empty_like(b), np.empty(b.shape[0], dtype=np.int64),
-        math.nan,
+        np.empty_like(b), np.empty_like(b), math.nan,
     )  # fmt: skip
     return out, status
 

@@ -44,6 +44,8 @@ def project_rows(kind, data, k, r, out):
     idx = np.empty(d, dtype=np.int64)
     work = np.empty(d)
     vals = np.empty(d)
+    ex = np.empty(d)
+    tmp = np.empty(d)
     total = 0.0
     for i in range(n):
         b = data[i]
@@ -52,7 +54,7 @@ def project_rows(kind, data, k, r, out):
             t = simplex_threshold(b, r, idx)
             total += apply_threshold(b, t, x)
         elif kind == PROJ_TOPK_ENT:
-            topk_ent_prox(b, r, k, x, vals, work, idx, math.nan)
+            topk_ent_prox(b, r, k, x, vals, work, idx, ex, tmp, math.nan)
             for j in range(d):
                 total += x[j]
         else:

@@ -312,7 +312,9 @@ def update_block(loss, y, s, a, kii, C, gamma, k, out, work, vals, srt, idx, ext
         else:
             # LR^Multi is top-1 Ent (TPAMI Table 1); x is written over b
             kk = 1 if loss == LOSS_LR_MULTI else k
-            t0, status = topk_ent_prox(b, C * kii, kk, b, vals, srt, idx, troots[i])
+            t0, status = topk_ent_prox(
+                b, C * kii, kk, b, vals, srt, idx, extra[0], extra[1], troots[i]
+            )
             troots[i] = t0
             # the prox keeps <1, x> <= 1 (it rescales rounding excess itself)
             total = 0.0

@@ -51,16 +51,19 @@ import math
 import numpy as np
 from numba import njit
 
-from topkbench.kernels.lambertw import lambertw_exp
+from topkbench.kernels.lambertw import SERIES_T_MAX, lambertw_exp
 from topkbench.kernels.roots import (
     NEWTON_MAX_ITER,
     STATUS_OK,
     STATUS_ROOT_NOT_CONVERGED,
     _entropic_root,
     _logistic_dual_root,
+    _series_values,
     _sigmoid,
+    _v_sums,
 )
 from topkbench.kernels.topk import sort_descending
+from topkbench.kernels.vecmath import exp_shifted
 
 # Below this alpha the prox is the alpha = 0 solution (Prop. 17 with a = b) to double precision:
 # the alpha-terms enter the stationarity conditions as alpha x_j and alpha (1 - s), both at most
@@ -151,36 +154,57 @@ def topk_ent_loss(a, k, work):
     return loss
 
 
+_ANCHOR_SPAN = 30.0  # _ent_h: recompute e^{bs_j - t_ref} when t moves farther (as in roots)
+
+
 @njit(cache=True)
-def _ent_h(bs, u, kf, alpha, A, t):
-    """``(h(t), h'(t), S(t))`` of the module docstring for ``U`` = the ``u`` largest of bs."""
+def _m_values(bs, u, t, t_ref, ex, vals):
+    """``vals[j] = V(bs_j - t)`` for ``j >= u`` (``bs`` sorted descending): the closed form on
+    the prefix whose argument is at least ``SERIES_T_MAX`` (sortedness makes it a prefix), the
+    vectorized Lagrange series from the anchored ``ex_j = e^{bs_j - t_ref}`` on the rest."""
+    n = bs.shape[0]
+    p = u
+    while p < n and bs[p] - t >= SERIES_T_MAX:
+        vals[p] = lambertw_exp(bs[p] - t)
+        p += 1
+    if p < n:
+        _series_values(ex[p:], math.exp(t_ref - t), n - p, vals[p:], math.exp(SERIES_T_MAX))
+
+
+@njit(cache=True)
+def _ent_h(bs, u, kf, alpha, A, t, ex, tmp, vals, t_ref):
+    """``(h(t), h'(t), S(t), t_ref)`` of the module docstring for ``U`` = the ``u`` largest of
+    bs.  ``ex``, ``tmp``, ``vals`` (length >= n) are scratch; ``ex[u:]`` holds ``e^{bs_j -
+    t_ref}`` for the returned anchor ``t_ref`` (pass it back in; NaN recomputes), moved when
+    ``|t - t_ref| > _ANCHOR_SPAN`` as in :func:`~topkbench.kernels.roots._entropic_root`."""
     n = bs.shape[0]
     rho = u / kf
     om = 1.0 - rho
-    S = 0.0
-    dS = 0.0
-    for j in range(u, n):
-        v = lambertw_exp(bs[j] - t)
-        S += v
-        dS -= v / (1.0 + v)
+    if not abs(t - t_ref) <= _ANCHOR_SPAN:
+        t_ref = t
+        exp_shifted(bs[u:], t_ref, n - u, ex[u:], tmp[u:])
+    _m_values(bs, u, t, t_ref, ex, vals)
+    S, dS, _ = _v_sums(vals[u:], n - u)
+    dS = -dS
     sigma = S / (kf * om)
     if sigma <= 0.0:
-        return S / om - alpha, dS / om, S
+        return S / om - alpha, dS / om, S, t_ref
     g = alpha - A - om * t + rho * (sigma + math.log(sigma))
     vg = lambertw_exp(g)
     h = S / om + vg - alpha
     dsig = dS / (kf * om)
     dg = -om + rho * (1.0 + 1.0 / sigma) * dsig
     hp = dS / om + vg / (1.0 + vg) * dg
-    return h, hp, S
+    return h, hp, S, t_ref
 
 
 @njit(cache=True)
-def _ent_root_capped(bs, u, kf, alpha, A, t_guess):
+def _ent_root_capped(bs, u, kf, alpha, A, t_guess, ex, tmp, vals):
     """Root of the decreasing ``h`` for ``u >= 1`` (bracketed, safeguarded Newton).
 
     ``t_guess`` (e.g. the root for the previous candidate u) seeds the bracket search and the
-    iteration.  Returns ``(t, S, status)``.
+    iteration.  Returns ``(t, S, status)``.  ``ex``, ``tmp``, ``vals`` are :func:`_ent_h`'s
+    scratch.
     """
     om = 1.0 - u / kf
     ao = alpha * om
@@ -189,8 +213,9 @@ def _ent_root_capped(bs, u, kf, alpha, A, t_guess):
     t = t_guess
     have = False  # (h, hp, S) at t already known (reused by the first Newton step)
     h = hp = S = 0.0
+    t_ref = math.nan
     if t > lo and t < math.inf:
-        h, hp, S = _ent_h(bs, u, kf, alpha, A, t)
+        h, hp, S, t_ref = _ent_h(bs, u, kf, alpha, A, t, ex, tmp, vals, t_ref)
         have = True
         if h > 0.0:
             lo = t
@@ -200,7 +225,7 @@ def _ent_root_capped(bs, u, kf, alpha, A, t_guess):
         step = max(1.0, 1e-8 * abs(lo))
         hi = lo + step
         for _ in range(2000):
-            hb, _, _ = _ent_h(bs, u, kf, alpha, A, hi)
+            hb, _, _, t_ref = _ent_h(bs, u, kf, alpha, A, hi, ex, tmp, vals, t_ref)
             if hb < 0.0:
                 break
             lo = hi
@@ -214,7 +239,7 @@ def _ent_root_capped(bs, u, kf, alpha, A, t_guess):
     tol = 8.0 * (bs.shape[0] + 2) * _EPS * alpha
     for _ in range(NEWTON_MAX_ITER):
         if not have:
-            h, hp, S = _ent_h(bs, u, kf, alpha, A, t)
+            h, hp, S, t_ref = _ent_h(bs, u, kf, alpha, A, t, ex, tmp, vals, t_ref)
         have = False
         if abs(h) <= tol:
             return t, S, STATUS_OK
@@ -228,14 +253,14 @@ def _ent_root_capped(bs, u, kf, alpha, A, t_guess):
         if not (lo < t_new < hi):
             t_new = 0.5 * (lo + hi)
         if abs(t_new - t) <= 4.0 * _EPS * max(1.0, abs(t)):
-            _, _, S = _ent_h(bs, u, kf, alpha, A, t_new)
+            _, _, S, _ = _ent_h(bs, u, kf, alpha, A, t_new, ex, tmp, vals, t_ref)
             return t_new, S, STATUS_OK
         t = t_new
     return t, S, STATUS_ROOT_NOT_CONVERGED
 
 
 @njit(cache=True)
-def _capped_candidate(bs, u, kf, alpha, head, t_guess):
+def _capped_candidate(bs, u, kf, alpha, head, t_guess, ex, tmp, vals):
     """Root and cap violations for ``|U| = u`` (sorted ``bs``, ``head`` = sum of its u largest).
 
     Returns ``(t, alpha s, over, under, status)``: ``over`` is the relative excess of the first
@@ -243,7 +268,7 @@ def _capped_candidate(bs, u, kf, alpha, head, t_guess):
     capped one; both <= tolerance means U is consistent.
     """
     om = 1.0 - u / kf
-    t, S, st = _ent_root_capped(bs, u, kf, alpha, head / kf, t_guess)
+    t, S, st = _ent_root_capped(bs, u, kf, alpha, head / kf, t_guess, ex, tmp, vals)
     s_alpha = S / om  # alpha s
     cap = s_alpha / kf  # alpha s / k
     if cap > 0.0:
@@ -257,17 +282,18 @@ def _capped_candidate(bs, u, kf, alpha, head, t_guess):
 
 
 @njit(cache=True)
-def topk_ent_prox(b, alpha, k, out, vals, srt, near, t_start):
+def topk_ent_prox(b, alpha, k, out, vals, srt, near, ex, tmp, t_start):
     """Solve eq. (11) for ``b`` (length n), writing ``x`` into ``out`` (``out`` may be ``b``).
 
-    ``vals``, ``srt`` (float) and ``near`` (int) are scratch arrays (length >= n); ``t_start``
+    ``vals``, ``srt``, ``ex``, ``tmp`` (float) and ``near`` (int) are scratch arrays (length
+    >= n); ``t_start``
     warm-starts the ``u = 0`` root (NaN for none).  Returns ``(t0, status)`` where ``t0`` is
     the ``u = 0`` root (to be kept as the next warm start) or NaN.  When ``1 - s`` is below
     rounding level (huge b) the computed ``sum x`` can exceed 1 by a few ulps; ``x`` is then
     scaled onto ``sum x = 1`` (which keeps every cap ``x_j <= s/k``), so the result is always
     in the domain.
     """
-    t0, status = _topk_ent_prox_raw(b, alpha, k, out, vals, srt, near, t_start)
+    t0, status = _topk_ent_prox_raw(b, alpha, k, out, vals, srt, near, ex, tmp, t_start)
     n = b.shape[0]
     total = 0.0
     for j in range(n):
@@ -279,7 +305,7 @@ def topk_ent_prox(b, alpha, k, out, vals, srt, near, t_start):
 
 
 @njit(cache=True)
-def _topk_ent_prox_raw(b, alpha, k, out, vals, srt, near, t_start):
+def _topk_ent_prox_raw(b, alpha, k, out, vals, srt, near, ex, tmp, t_start):
     n = b.shape[0]
     kf = float(k)
     if alpha < ALPHA_TINY:
@@ -302,12 +328,6 @@ def _topk_ent_prox_raw(b, alpha, k, out, vals, srt, near, t_start):
         return t0, status
     bs = srt[:n]
     sort_descending(b, bs)
-    # prefix sums of the sorted b (vals is free once t0 is known): head(u) = sum of u largest
-    prefix = vals
-    acc = 0.0
-    for j in range(n):
-        acc += bs[j]
-        prefix[j] = acc
     best_v = math.inf
     best_t = 0.0
     best_s = 0.0
@@ -334,7 +354,10 @@ def _topk_ent_prox_raw(b, alpha, k, out, vals, srt, near, t_start):
             u_scan += 1
         else:
             break
-        t, s_alpha, over, under, st = _capped_candidate(bs, u, kf, alpha, prefix[u - 1], t)
+        head = 0.0  # sum of the u largest
+        for j in range(u):
+            head += bs[j]
+        t, s_alpha, over, under, st = _capped_candidate(bs, u, kf, alpha, head, t, ex, tmp, vals)
         viol = max(over, under)
         if viol < best_v:
             best_v, best_t, best_s, status = viol, t, s_alpha, st
@@ -348,15 +371,23 @@ def _topk_ent_prox_raw(b, alpha, k, out, vals, srt, near, t_start):
                 hi_u = u - 1
     if not found and n == k:
         # x = (s/k) 1 with s = sigmoid(w), w + alpha (1 + 1/k) sigmoid(w) - B/k - log k = 0
-        B = prefix[n - 1]
+        B = 0.0
+        for j in range(n):
+            B += bs[j]
         w, st = _logistic_dual_root(-B / kf - math.log(kf), alpha * (1.0 + 1.0 / kf), 0.0)
         s = _sigmoid(w)
         for j in range(n):
             out[j] = s / kf
         return t0, st
+    # x_j = min(V(b_j - t), cap) / alpha: the series (vectorized) for every entry, then the
+    # closed form where the argument is at least SERIES_T_MAX (out may be b: read, then write)
     cap = best_s / kf
+    exp_shifted(b, best_t, n, ex, tmp)
+    _series_values(ex, 1.0, n, vals, math.exp(SERIES_T_MAX))
     for j in range(n):
-        out[j] = min(lambertw_exp(b[j] - best_t), cap) / alpha
+        a = b[j] - best_t
+        v = lambertw_exp(a) if a >= SERIES_T_MAX else vals[j]
+        out[j] = min(v, cap) / alpha
     return t0, status
 
 
@@ -366,7 +397,7 @@ def prox(b, alpha: float, k: int) -> np.ndarray:
     out = np.empty_like(b)
     topk_ent_prox(
         b, float(alpha), int(k), out, np.empty_like(b), np.empty_like(b),
-        np.empty(b.shape[0], dtype=np.int64), math.nan,
+        np.empty(b.shape[0], dtype=np.int64), np.empty_like(b), np.empty_like(b), math.nan,
     )  # fmt: skip
     return out
 
