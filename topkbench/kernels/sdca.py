@@ -35,8 +35,9 @@ Block updates (exact maximization of D over ``a_i``, all other blocks fixed), wi
   q_y``, solved by :func:`topkbench.kernels.topk_entropy.topk_ent_prox`.
 * SVM^OVA_gamma: ``beta = clip((1 - ytilde g) / (gamma + C K), 0, 1)``, ``g = q_c``
   (the smoothed hinge has conjugate ``-beta + gamma beta^2 / 2``; TPAMI Prop. 10 / [8]).
-* LR^OVA: ``u = logit(beta)`` solves ``u + ytilde g + C K sigmoid(u) = 0`` (increasing in u),
-  by safeguarded Newton inside ``[-ytilde g - C K, -ytilde g]``.
+* LR^OVA: ``u = logit(beta)`` solves ``u + ytilde g + C K sigmoid(u) = 0`` (increasing in u,
+  root inside ``[-ytilde g - C K, -ytilde g]``), by Halley steps on all m classes at once
+  (:func:`_lr_ova_block`) with safeguarded scalar Newton for the stragglers.
 
 Zero-norm examples (DESIGN §4.3): with ``K = 0`` the block does not affect W, and the update
 reduces to maximizing ``-L*(-a/C)``, i.e. ``v = grad L(0)``; each branch handles it explicitly
