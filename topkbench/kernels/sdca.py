@@ -242,6 +242,15 @@ def _lr_ova_block(y, s, a, kii, C, out, z, u, ex, extra):
 
 
 @njit(cache=True)
+def _no_violation(b):
+    """Whether every entry of ``b`` is ``<= 0``."""
+    for p in range(b.shape[0]):
+        if b[p] > 0.0:
+            return False
+    return True
+
+
+@njit(cache=True)
 def update_block(loss, y, s, a, kii, C, gamma, k, out, work, vals, srt, idx, extra, troots, i):
     """New dual block for one example into ``out`` (see module docstring). Returns a status.
 
@@ -271,14 +280,13 @@ def update_block(loss, y, s, a, kii, C, gamma, k, out, work, vals, srt, idx, ext
                 out[y] = C
                 return status
             rho = kii / den
-            bmax = -math.inf
             for p in range(m - 1):
                 b[p] = (b[p] + 1.0) / den
-                bmax = max(bmax, b[p])
-            if bmax <= 0.0:
-                # no margin violated even without this block: every domain lies in the
+            if loss != LOSS_SVM_MULTI and _no_violation(b):
+                # no margin violated even without this block: every top-k domain lies in the
                 # nonnegative orthant and contains 0, where the objective's gradient -b >= 0,
-                # so x = 0 is the projection (most updates near the optimum; skips the sweeps)
+                # so x = 0 is the projection (most updates near the optimum; skips the
+                # selection and sweeps; the simplex's own threshold is cheap, svm_multi keeps it)
                 for j in range(m):
                     out[j] = 0.0
                 return status
