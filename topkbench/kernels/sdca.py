@@ -129,6 +129,20 @@ _OVA_HALLEY_STEPS = 6
 
 
 @njit(cache=True, error_model="numpy")
+def _logistic_halley(u, z, ck, sg, q):
+    """``(f, u')`` for ``f(u) = u + z + ck sigmoid(u)`` given ``sg = sigmoid(u)`` and ``q =
+    sigmoid (1 - sigmoid)``: Halley's step with ``f' = 1 + ck q``, ``f'' = ck q (1 - 2 sg)``
+    (Newton's where ``2 f'^2 - f f''`` is not positive), clipped to the bracket ``[-z - ck,
+    -z]``.  Inlined into the vector loops below."""
+    f = u + z + ck * sg
+    d1 = 1.0 + ck * q
+    d2 = ck * q * (1.0 - 2.0 * sg)
+    den = 2.0 * d1 * d1 - f * d2
+    step = u - (2.0 * f * d1 / den if den > 0.0 else f / d1)
+    return f, min(max(step, -z - ck), -z)
+
+
+@njit(cache=True, error_model="numpy")
 def _lr_ova_start(z, beta0, ck, m, u, ex, tmp):
     """Starting points ``u[c]`` for ``f(u) = u + z_c + ck sigmoid(u) = 0``, inside the bracket
     ``[-z - ck, -z]``.
@@ -148,12 +162,7 @@ def _lr_ova_start(z, beta0, ck, m, u, ex, tmp):
         hi = -z[c]
         b = beta0[c]
         u0 = min(max(u[c], lo), hi)
-        q = b * (1.0 - b)
-        f = u0 + z[c] + ck * b
-        d1 = 1.0 + ck * q
-        den = 2.0 * d1 * d1 - f * ck * q * (1.0 - 2.0 * b)
-        step = u0 - (2.0 * f * d1 / den if den > 0.0 else f / d1)
-        step = min(max(step, lo), hi)
+        _, step = _logistic_halley(u0, z[c], ck, b, b * (1.0 - b))
         safe = min(hi, 0.0) if z[c] + 0.5 * ck > 0.0 else max(lo, 0.0)
         warm = 0.0 < b < 1.0
         u[c] = (step if u0 == u[c] else u0) if warm else safe
@@ -186,12 +195,7 @@ def _lr_ova_halley_step(z, ck, m, u, ex, sig, res):
         q = sg * inv
         uc = u[c]
         zc = z[c]
-        f = uc + zc + ck * sg
-        d1 = 1.0 + ck * q
-        d2 = ck * q * (1.0 - 2.0 * sg)
-        den = 2.0 * d1 * d1 - f * d2
-        step = uc - (2.0 * f * d1 / den if den > 0.0 else f / d1)
-        step = min(max(step, -zc - ck), -zc)
+        f, step = _logistic_halley(uc, zc, ck, sg, q)
         delta = step - uc
         at_floor = abs(f) <= 8.881784197001252e-16 * (abs(uc) + abs(zc) + ck)
         tiny = delta * delta * abs(delta) * (1.0 + ck) <= 2.220446049250313e-16 * (1.0 + abs(uc))
