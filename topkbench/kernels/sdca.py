@@ -67,7 +67,7 @@ from topkbench.kernels.topk import (
     topk_threshold,
 )
 from topkbench.kernels.topk_entropy import topk_ent_loss, topk_ent_prox
-from topkbench.kernels.vecmath import exp_shifted, log_into
+from topkbench.kernels.vecmath import exp_shifted, log_into, vsum
 
 LOSS_SVM_MULTI = 0
 LOSS_LR_MULTI = 1
@@ -268,11 +268,11 @@ def update_block(loss, y, s, a, kii, C, gamma, k, out, work, vals, srt, idx, ext
     if is_hinge(loss) or is_entropic(loss):
         # b over the m-1 coordinates j != y, stored compactly in work[:m-1]
         qy = s[y] - kii * a[y]
-        p = 0
-        for j in range(m):
-            if j != y:
-                work[p] = s[j] - kii * a[j] - qy
-                p += 1
+        # two loops around y instead of a test per j: both vectorize
+        for j in range(y):
+            work[j] = s[j] - kii * a[j] - qy
+        for j in range(y + 1, m):
+            work[j - 1] = s[j] - kii * a[j] - qy
         b = work[: m - 1]
         if is_hinge(loss):
             den = kii + gamma / C
@@ -330,14 +330,11 @@ def update_block(loss, y, s, a, kii, C, gamma, k, out, work, vals, srt, idx, ext
             )
             troots[i] = t0
             # the prox keeps <1, x> <= 1 (it rescales rounding excess itself)
-            total = 0.0
-            p = 0
-            for j in range(m):
-                if j != y:
-                    out[j] = -C * b[p]
-                    total += b[p]
-                    p += 1
-            out[y] = C * total
+            for j in range(y):
+                out[j] = -C * b[j]
+            for j in range(y + 1, m):
+                out[j] = -C * b[j - 1]
+            out[y] = C * vsum(b, m - 1)
     elif loss == LOSS_SVM_OVA:
         _svm_ova_block(y, s, a, kii, C, gamma, out)
     else:  # LOSS_LR_OVA
@@ -387,9 +384,11 @@ def _store_block(A, i, new, delta, cols):
     for j in range(new.shape[0]):
         dj = new[j] - A[i, j]
         delta[j] = dj
-        if dj != 0.0:
-            cols[nz] = j
-            nz += 1
+        # branch-free compaction: cols[nz] is overwritten until a nonzero keeps it (which
+        # entries of a block change are zero varies from example to example: a branch on it
+        # mispredicts)
+        cols[nz] = j
+        nz += dj != 0.0
         A[i, j] = new[j]
     return nz
 
@@ -724,18 +723,8 @@ def sdca_epochs_gram(K, yptr, yidx, A, perms, loss, C, gamma, k, troots):
 
 
 @njit(cache=True, fastmath={"reassoc"}, error_model="numpy")
-def _vsum(x, n):
-    """``sum_{j<n} x_j``; ``reassoc`` lets LLVM split it into vector lanes (the certificate
-    sums below; the order is fixed by the compiled code, so a run is reproducible)."""
-    acc = 0.0
-    for j in range(n):
-        acc += x[j]
-    return acc
-
-
-@njit(cache=True, fastmath={"reassoc"}, error_model="numpy")
 def _vdot(x, y, n):
-    """``sum_{j<n} x_j y_j`` (vectorized as :func:`_vsum`)."""
+    """``sum_{j<n} x_j y_j`` (vectorized as :func:`~topkbench.kernels.vecmath.vsum`)."""
     acc = 0.0
     for j in range(n):
         acc += x[j] * y[j]
@@ -764,7 +753,7 @@ def _lr_multi_loss(s, y, ex, tmp):
     for j in range(m):
         mx = max(mx, s[j])
     exp_shifted(s, mx, m, ex, tmp)
-    return mx + math.log(_vsum(ex, m)) - s[y]
+    return mx + math.log(vsum(ex, m)) - s[y]
 
 
 @njit(cache=True)
@@ -795,7 +784,7 @@ def _entropic_neg_conj(a, y, C, x, lx, tmp):
     for j in range(m):
         x[j] = -a[j] / C
     x[y] = 0.0
-    total = _vsum(x, m)
+    total = vsum(x, m)
     log_into(x, m, lx, tmp)
     return -_vdot(x, lx, m) - _xlogx(1.0 - total)
 

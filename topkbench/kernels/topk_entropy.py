@@ -63,7 +63,7 @@ from topkbench.kernels.roots import (
     _v_sums,
 )
 from topkbench.kernels.topk import sort_descending
-from topkbench.kernels.vecmath import exp_shifted
+from topkbench.kernels.vecmath import exp_shifted, vsum
 
 # Below this alpha the prox is the alpha = 0 solution (Prop. 17 with a = b) to double precision:
 # the alpha-terms enter the stationarity conditions as alpha x_j and alpha (1 - s), both at most
@@ -295,9 +295,7 @@ def topk_ent_prox(b, alpha, k, out, vals, srt, near, ex, tmp, t_start):
     """
     t0, status = _topk_ent_prox_raw(b, alpha, k, out, vals, srt, near, ex, tmp, t_start)
     n = b.shape[0]
-    total = 0.0
-    for j in range(n):
-        total += out[j]
+    total = vsum(out, n)
     if total > 1.0:
         for j in range(n):
             out[j] /= total
@@ -316,13 +314,13 @@ def _topk_ent_prox_raw(b, alpha, k, out, vals, srt, near, ex, tmp, t_start):
             out[j] = math.exp(min(b[j] - t, log_cap))
         return math.nan, STATUS_OK
     t0, status = _entropic_root(b, alpha, vals, srt, near, t_start)  # srt: free until the sort
-    total = 0.0
-    mx = 0.0
-    for j in range(n):
-        total += vals[j]
-        if vals[j] > mx:
-            mx = vals[j]
-    if k == 1 or kf * mx <= total * (1.0 + _CONSISTENCY_TOL):
+    consistent = k == 1
+    if not consistent:
+        mx = 0.0
+        for j in range(n):
+            mx = max(mx, vals[j])
+        consistent = kf * mx <= vsum(vals, n) * (1.0 + _CONSISTENCY_TOL)
+    if consistent:
         for j in range(n):
             out[j] = vals[j] / alpha
         return t0, status

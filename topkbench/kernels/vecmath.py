@@ -93,3 +93,15 @@ def log_into(x, n, out, tmp):
         p2 = (_L8 + _L9 * s2) + (_L10 + _L11 * s2) * s4
         poly = p0 + (p1 + p2 * s8) * s8
         out[j] = e * _LN2_HI + (2.0 * s * poly + e * _LN2_LO)
+
+
+@njit(cache=True, fastmath={"reassoc"}, error_model="numpy")
+def vsum(x, n):
+    """``sum_{j<n} x_j``; ``reassoc`` lets LLVM split it into vector lanes (a scalar sum is a
+    chain of dependent adds, ~3 cycles per entry).  The order is fixed by the compiled code,
+    so a run is reproducible on one machine.  Users: the certificate sums and the SDCA block
+    updates (:mod:`topkbench.kernels.sdca`), the entropic prox (:mod:`...topk_entropy`)."""
+    acc = 0.0
+    for j in range(n):
+        acc += x[j]
+    return acc
