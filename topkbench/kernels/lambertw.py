@@ -35,7 +35,7 @@ SERIES_T_MAX = -3.0  # V(t) by the Lagrange series below this t
 (_A9, _A10, _A11, _A12, _A13, _A14, _A15, _A16, _A17) = (float(c) for c in _W_SERIES[9:])
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath={"contract"})
 def lambertw_series(x: float) -> float:
     """V(t) for ``t < SERIES_T_MAX`` from ``x = e^t`` (callers that know e^t cheaply, such as
     the softmax root finding, skip the ``exp``): the 18-term Lagrange series of the module

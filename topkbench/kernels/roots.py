@@ -24,7 +24,7 @@ _SIXTH = 1.0 / 6.0  # _v_step's Taylor coefficients as products: LLVM keeps x / 
 _TWENTYFOURTH = 1.0 / 24.0  # (vdivpd, ~10 cycles per AVX-512 vector on Zen 4), x * c is a mul
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath={"contract"})
 def _series_values(ex, r, n, vals, cut):
     """``vals[j] = V`` from the Lagrange series at ``x = min(ex_j r, cut)``, ``j < n`` (branch-free,
     vectorized; entries beyond the series range are clamped here and overwritten by the
@@ -33,7 +33,7 @@ def _series_values(ex, r, n, vals, cut):
         vals[j] = lambertw_series(min(ex[j] * r, cut))
 
 
-@njit(cache=True, fastmath={"reassoc"}, error_model="numpy")
+@njit(cache=True, fastmath={"reassoc", "contract"}, error_model="numpy")
 def _v_sums(vals, n):
     """``(sum V_j, sum V_j/(1+V_j), sum V_j/(1+V_j)^3)`` over ``j < n``: h, -h' and h'' of eq.
     (14) without the ``alpha`` term.  ``reassoc`` lets LLVM split the sums into vector lanes
@@ -51,7 +51,7 @@ def _v_sums(vals, n):
     return h, d1, d2
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath={"contract"})
 def _v_step(v, delta):
     """``V(x - delta)`` from ``v = V(x)`` by Taylor's formula to fourth order, with the
     derivatives of V written in V (from ``V' = V/(1+V)``): ``V'' = V/(1+V)^3``, ``V''' =
@@ -67,7 +67,7 @@ def _v_step(v, delta):
     return v - delta * (w - delta * (0.5 * e2 - delta * (e3 * _SIXTH - delta * e4 * _TWENTYFOURTH)))
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath={"contract"})
 def _v_taylor(vals, n, delta):
     """``vals[j] = V(x_j)`` -> ``V(x_j - delta)`` by :func:`_v_step` (branch-free)."""
     for j in range(n):

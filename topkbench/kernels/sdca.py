@@ -128,7 +128,7 @@ def _svm_ova_block(y, s, a, kii, C, gamma, out):
 _OVA_HALLEY_STEPS = 6
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath={"contract"})
 def _logistic_halley(u, z, ck, sg, q):
     """``(f, u')`` for ``f(u) = u + z + ck sigmoid(u)`` given ``sg = sigmoid(u)`` and ``q =
     sigmoid (1 - sigmoid)``: Halley's step with ``f' = 1 + ck q``, ``f'' = ck q (1 - 2 sg)``
@@ -142,7 +142,7 @@ def _logistic_halley(u, z, ck, sg, q):
     return f, min(max(step, -z - ck), -z)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath={"contract"})
 def _lr_ova_start(z, beta0, ck, m, u, ex, tmp):
     """Starting points ``u[c]`` for ``f(u) = u + z_c + ck sigmoid(u) = 0``, inside the bracket
     ``[-z - ck, -z]``.
@@ -168,7 +168,7 @@ def _lr_ova_start(z, beta0, ck, m, u, ex, tmp):
         u[c] = (step if u0 == u[c] else u0) if warm else safe
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath={"contract"})
 def _lr_ova_halley_step(z, ck, m, u, ex, sig, res):
     """One Halley step on every ``u[c]`` not yet converged, given ``ex[c] = e^{u_c}``.
 
