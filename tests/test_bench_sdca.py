@@ -30,6 +30,21 @@ def test_epoch_rows_relate_time_to_the_flop_bound():
         assert r.times_bound == pytest.approx(r.sec_per_epoch / bound)
         assert r.gflops == pytest.approx(4.0 * 60 * 4 * 5 / r.sec_per_epoch / 1e9)
         assert r.sec_per_epoch_min <= r.sec_per_epoch
+        assert r.peak_gflops == r.peak_gflops_here == 7.0
+
+
+def test_bound_uses_the_highest_peak_measured_before_each_loss(monkeypatch):
+    """Without a given peak, it is measured before each loss; every row's bound uses the
+    highest measurement and keeps its own."""
+    import topkbench.bench as B
+
+    peaks = iter([30.0, 50.0, 40.0])
+    monkeypatch.setattr(B, "measure_peak_gflops", lambda: next(peaks))
+    rows = bench_sdca(n=60, d=4, m=5, epochs=1, methods=METHODS)
+    assert [r.peak_gflops_here for r in rows] == [30.0, 50.0, 40.0]
+    for r in rows:
+        assert r.peak_gflops == 50.0
+        assert r.times_bound == pytest.approx(r.sec_per_epoch / (4.0 * 60 * 4 * 5 / 50e9))
 
 
 def test_peak_is_a_positive_rate():

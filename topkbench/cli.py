@@ -462,7 +462,9 @@ def bench_sdca_cmd(
         "x bound",
         "gap after",
         title=f"SDCA epochs, C = {C:g}; bound = 4 n d m flops at the measured peak "
-        f"{rows[0].peak_gflops:.1f} GFLOP/s (1-thread dgemm)",
+        f"{rows[0].peak_gflops:.1f} GFLOP/s (1-thread dgemm; the highest of one measurement "
+        f"before each loss, which ranged {min(r.peak_gflops_here for r in rows):.1f}-"
+        f"{max(r.peak_gflops_here for r in rows):.1f})",
     )
     for r in rows:
         t.add_row(

@@ -9,8 +9,8 @@ only (multiply-adds become FMAs: fewer instructions and one rounding instead of 
 is reassociated); LLVM turns them into AVX-512 / AVX2 code.  The series of V
 (:func:`~topkbench.kernels.lambertw.lambertw_series`), the softmax root's vector loops and the
 LR^OVA Halley steps are compiled the same way (on the 99-entry vectors of ``bench sdca``:
-exp_shifted 144 -> 109 ns, the series 130 -> 92 ns).  ``exp_shifted`` is within 2 ulp of ``math.exp`` and ``log_into`` within 4 ulp
-of ``math.log`` (``tests/kernels/test_vecmath.py``).
+exp_shifted 144 -> 109 ns, the series 130 -> 92 ns).  ``exp_shifted`` is within 2 ulp of
+``math.exp`` and ``log_into`` within 4 ulp of ``math.log`` (``tests/kernels/test_vecmath.py``).
 
 Users: the softmax root of TPAMI eq. (14) (:mod:`topkbench.kernels.roots`), the LR^OVA block
 update and the certificates of the logistic and entropic losses
