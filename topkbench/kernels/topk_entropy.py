@@ -366,12 +366,16 @@ def _topk_ent_prox_raw(b, alpha, k, out, vals, srt, near, ex, tmp, t_start):
     found = False
     # The consistent |U| = u is located by bisection on the sign of the violation: for u too
     # small the first uncapped coordinate exceeds the cap ("over"), for u too large the last
-    # capped one falls below it ("under").  If bisection finds no consistent u (the monotonicity
-    # it assumes failing at rounding level), every candidate is scanned as before.
+    # capped one falls below it ("under").  The first candidate is u = 1, not the midpoint: one
+    # dominant entry is the common capped case (91 % of the capped top-5 Ent updates on bench
+    # sdca's problem, where starting at the midpoint u = 2 cost a second candidate each time).
+    # If bisection finds no consistent u (the monotonicity it assumes failing at rounding
+    # level), every candidate is scanned as before.
     n_cand = min(k, n)  # candidates u = 1 .. n_cand - 1
     lo_u = 1
     hi_u = n_cand - 1
     bisect = True
+    first = True
     u_scan = 0
     t = t0
     while True:
@@ -380,7 +384,8 @@ def _topk_ent_prox_raw(b, alpha, k, out, vals, srt, near, ex, tmp, t_start):
             u_scan = 1
             t = t0
         if bisect:
-            u = (lo_u + hi_u) // 2
+            u = lo_u if first else (lo_u + hi_u) // 2
+            first = False
         elif u_scan < n_cand:
             u = u_scan
             u_scan += 1
