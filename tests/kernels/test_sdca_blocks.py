@@ -63,3 +63,16 @@ def test_lr_ova_block_zero_norm_example():
     yt = np.array([-1.0, -1.0, 1.0, -1.0])
     want = 0.5 * yt / (1.0 + np.exp(yt * s))
     assert out == pytest.approx(want, rel=1e-14)
+
+
+def test_aligned_zeros_rows_start_on_cache_lines():
+    """The epoch kernel's padded W and pass vectors: zeros, C-contiguous, the first element on
+    a 64-byte boundary, so every row is when the width is a multiple of 8."""
+    from topkbench.kernels.sdca import _aligned_zeros
+
+    for r, c in [(128, 104), (4, 8), (3, 5)]:
+        a = _aligned_zeros(r, c)
+        assert a.shape == (r, c) and a.flags["C_CONTIGUOUS"] and not a.any()
+        assert a.ctypes.data % 64 == 0
+        if c % 8 == 0:
+            assert all(a[i].ctypes.data % 64 == 0 for i in range(r))

@@ -566,6 +566,7 @@ def test_exact_trajectory_against_numpy_sdca(method, gamma, C, sparse, scale, sh
     [
         ("svm_multi", 0.0, 1.0, 31, 5),
         ("svm_multi", 0.0, 1.0, 80, 40),
+        ("svm_multi", 0.0, 1.0, 80, 43),
         ("svm_multi", 0.5, 2.0, 81, 40),
         ("lr_multi", 0.0, 2.0, 30, 5),
         ("lr_ova", 0.0, 1.0, 31, 5),
@@ -576,7 +577,9 @@ def test_exact_trajectory_with_wide_dense_features(method, gamma, C, n, m):
     above have d = 3 < four rows); odd and even n (a last unpaired example).  With m = 40 an
     SVM^Multi step changes few enough classes (2-5 of m) for the sparse-change path: column
     updates for both examples of a pair, then a read-only pass (the first pair's columns must
-    survive the second example's update); the smooth losses take the dense path."""
+    survive the second example's update); the smooth losses take the dense path.  m = 5 and
+    43 are not multiples of 8: the epochs run on W padded with zero columns (the sparse
+    path's threshold must use the true m)."""
     seed = 3
     X, y = make_tiny(n, 9, m, 51, zero_rows=(4,))
     res = solve_sdca(
