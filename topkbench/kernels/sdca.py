@@ -57,7 +57,7 @@ from topkbench.kernels.multilabel import (
     neg_conjugate_value_ml,
     update_block_ml,
 )
-from topkbench.kernels.prefetch import prefetch_row
+from topkbench.kernels.prefetch import prefetch_at, prefetch_row
 from topkbench.kernels.projections import simplex_biased_threshold
 from topkbench.kernels.roots import STATUS_OK, _logistic_dual_root, _sigmoid
 from topkbench.kernels.topk import (
@@ -698,8 +698,13 @@ def _epochs_dense_padded(X, yptr, yidx, sqnorms, A, W, m, perms, loss, C, gamma,
         for p in range(0, npe, 2):
             a = perms[e, p]
             b = perms[e, p + 1] if p + 1 < npe else -1
-            for q in range(p + 2, min(p + 4, npe)):  # the next pair's dual blocks (random rows)
-                prefetch_row(A, perms[e, q])
+            for q in range(p + 2, min(p + 4, npe)):  # the next pair's data (kernels.prefetch)
+                i = perms[e, q]
+                prefetch_row(A, i)
+                prefetch_at(troots, i)
+                prefetch_at(sqnorms, i)
+                if yptr[i] < yptr[i + 1]:  # a multilabel example can have no label
+                    prefetch_at(yidx, yptr[i])
             if _update(loss, yptr, yidx, a, s, A[a], sqnorms[a], C, gamma, k, new, scratch, troots):
                 failures += 1
             nz_a = _store_block(A, a, new, delta, cols)
