@@ -652,15 +652,11 @@ def sdca_epochs_dense(X, yptr, yidx, sqnorms, A, W, perms, loss, C, gamma, k, tr
     m = W.shape[1]
     mp = -(-m // _LANES) * _LANES
     Wp = _aligned_zeros(W.shape[0], mp)
-    for f in range(W.shape[0]):
-        for j in range(m):
-            Wp[f, j] = W[f, j]
+    Wp[:, :m] = W
     failures = _epochs_dense_padded(
         X, yptr, yidx, sqnorms, A, Wp, m, perms, loss, C, gamma, k, troots
     )
-    for f in range(W.shape[0]):
-        for j in range(m):
-            W[f, j] = Wp[f, j]
+    W[:, :] = Wp[:, :m]
     return failures
 
 

@@ -104,7 +104,8 @@ def vsum(x, n):
     """``sum_{j<n} x_j``; ``reassoc`` lets LLVM split it into vector lanes (a scalar sum is a
     chain of dependent adds, ~3 cycles per entry).  The order is fixed by the compiled code,
     so a run is reproducible on one machine.  Users: the certificate sums and the SDCA block
-    updates (:mod:`topkbench.kernels.sdca`), the entropic prox (:mod:`...topk_entropy`)."""
+    updates (:mod:`topkbench.kernels.sdca`), the entropic prox
+    (:mod:`topkbench.kernels.topk_entropy`)."""
     acc = 0.0
     for j in range(n):
         acc += x[j]
