@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from topkbench.kernels.vecmath import exp_shifted, log_into
+from topkbench.kernels.vecmath import exp_shifted, log_into, vmax
 
 
 def test_exp_shifted_matches_math_exp():
@@ -55,3 +55,18 @@ def test_log_into_matches_math_log():
     y = np.array([math.e, 1.0, 7.0])
     log_into(y, 2, y, np.empty(3))
     assert abs(y[0] - 1.0) <= 2.0 * np.spacing(1.0) and y[1] == 0.0 and y[2] == 7.0
+
+
+def test_vmax_is_the_maximum_of_the_prefix():
+    """Every prefix length (the eight-lane body and the tail), the maximum in each lane and in
+    the tail, all-negative values, infinities; entries past n are ignored; n = 0 gives -inf."""
+    rng = np.random.default_rng(2)
+    for n in range(0, 40):
+        for pos in range(max(n, 1)):
+            x = -10.0 - rng.random(n + 3)
+            x[n:] = 1e9  # past the prefix
+            if n:
+                x[pos] = -1.0
+            assert vmax(x, n) == (x[:n].max() if n else -np.inf), (n, pos)
+    assert vmax(np.array([-np.inf, -np.inf]), 2) == -np.inf
+    assert vmax(np.array([1.0, np.inf, 3.0]), 3) == np.inf

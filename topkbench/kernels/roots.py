@@ -12,7 +12,7 @@ import math
 from numba import njit
 
 from topkbench.kernels.lambertw import SERIES_T_MAX, lambertw_exp, lambertw_series
-from topkbench.kernels.vecmath import exp_shifted
+from topkbench.kernels.vecmath import exp_shifted, vmax
 
 STATUS_OK = 0
 STATUS_ROOT_NOT_CONVERGED = 1
@@ -110,11 +110,9 @@ def _entropic_root(b, alpha, vals, ex, near, t_start):
     divisions carry no zero check.
     """
     mb = b.shape[0]
-    big = alpha
-    mx = 0.0
-    for j in range(mb):
-        big = max(big, b[j])
-        mx = max(mx, b[j])
+    bmax = vmax(b, mb)
+    big = max(alpha, bmax)
+    mx = max(0.0, bmax)
     la = math.log(alpha)
     nterms = mb + 1.0
     # widened by a few ulps: the root can sit on the computed lo (one dominant b_j, tiny alpha)
@@ -122,10 +120,11 @@ def _entropic_root(b, alpha, vals, ex, near, t_start):
     lo = big - alpha - la - slack
     hi = big - alpha / nterms - (la - math.log(nterms)) + slack
     n_near = 0
-    for j in range(mb):
-        if b[j] - lo >= SERIES_T_MAX:
-            near[n_near] = j
-            n_near += 1
+    if bmax - lo >= SERIES_T_MAX:
+        for j in range(mb):
+            if b[j] - lo >= SERIES_T_MAX:
+                near[n_near] = j
+                n_near += 1
     # start from the root of this example's previous update when there is one (it moves
     # little between epochs), else from the softmax solution (exact as alpha -> 0)
     t = t_start

@@ -110,3 +110,26 @@ def vsum(x, n):
     for j in range(n):
         acc += x[j]
     return acc
+
+
+@njit(cache=True)
+def vmax(x, n):
+    """``max_{j<n} x_j`` (``-inf`` for ``n = 0``; no NaN in ``x``).  Eight running maxima: LLVM
+    does not vectorize a floating-point max reduction without fast-math flags, and a single
+    running maximum is a chain of dependent ``maxsd`` (99 entries: 32 -> 17 ns)."""
+    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = -np.inf
+    j = 0
+    while j + 8 <= n:
+        a0 = max(a0, x[j])
+        a1 = max(a1, x[j + 1])
+        a2 = max(a2, x[j + 2])
+        a3 = max(a3, x[j + 3])
+        a4 = max(a4, x[j + 4])
+        a5 = max(a5, x[j + 5])
+        a6 = max(a6, x[j + 6])
+        a7 = max(a7, x[j + 7])
+        j += 8
+    while j < n:
+        a0 = max(a0, x[j])
+        j += 1
+    return max(max(max(a0, a1), max(a2, a3)), max(max(a4, a5), max(a6, a7)))
