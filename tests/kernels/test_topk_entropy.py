@@ -612,3 +612,140 @@ def test_prox_capped_with_near_entries_outside_the_sorted_block():
             outside = np.argsort(-b, kind="stable")[k:]
             near_cases += bool(np.any(alpha * x[outside] >= v_min))
     assert near_cases >= 10, near_cases
+
+
+@settings(max_examples=100)
+@given(b=st.integers(1, 12).flatmap(lambda n: score_vectors(n, 10.0)), data=st.data())
+def test_extract_next_builds_the_sorted_prefix(b, data):
+    """``_extract_next`` one entry at a time (the lazy partial order of the capped
+    candidates): after q calls ``bs[:q]`` is the q largest in descending order, every later
+    entry is at most ``bs[q-1]``, and ``bs`` stays a permutation of ``b`` (ties included)."""
+    from topkbench.kernels.topk_entropy import _extract_next
+
+    n = b.shape[0]
+    q = data.draw(st.integers(1, n))
+    bs = b.copy()
+    ks = 0
+    for _ in range(q):
+        ks = _extract_next(bs, ks, n)
+    assert ks == q
+    np.testing.assert_array_equal(bs[:q], np.sort(b)[::-1][:q])
+    assert np.all(bs[q:] <= bs[q - 1])
+    np.testing.assert_array_equal(np.sort(bs), np.sort(b))
+
+
+def _capped_setup(seed, u, n=40, k=5):
+    """A capped-candidate input: bs with its u + 1 largest in order, alpha, A = head / k."""
+    from topkbench.kernels.topk_entropy import _extract_next
+
+    rng = np.random.default_rng(seed)
+    alpha = float(10.0 ** rng.uniform(-1, 3))
+    b = rng.normal(0.0, 2.0, n)
+    b[:2] += 6.0 + math.log(alpha)
+    bs = b.copy()
+    ks = 0
+    while ks < u + 1:
+        ks = _extract_next(bs, ks, n)
+    return bs, float(k), alpha, float(np.sum(bs[:u])) / k
+
+
+def _sums(bs, u, t):
+    from topkbench.kernels.topk_entropy import _m_sums
+
+    n = bs.shape[0]
+    scratch = [np.empty(n) for _ in range(3)]
+    near = np.arange(n, dtype=np.int64)  # every entry listed: exact wherever t is
+    S, D1, D2, _ = _m_sums(bs, u, t, *scratch, math.nan, near[u:] , n - u)
+    return S, D1, D2
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("u", [1, 2, 3])
+def test_capped_h_derivatives_by_finite_differences(seed, u):
+    """``_ent_h``'s h' and h'' (Halley's method on the capped candidates) against central
+    differences of h and h' (step 1e-4: truncation ~1e-8 relative), at points around the
+    candidate's root."""
+    from topkbench.kernels.topk_entropy import _ent_h
+
+    bs, kf, alpha, A = _capped_setup(seed, u)
+
+    def hfun(t):
+        return _ent_h(u, kf, alpha, A, t, *_sums(bs, u, t))
+
+    for t in (float(bs[u]) - 8.0, float(bs[u]) - 4.0, float(bs[u]) - 1.0):
+        h, hp, hpp = hfun(t)
+        d = 1e-4
+        hm, hpm, _ = hfun(t - d)
+        hq, hpq, _ = hfun(t + d)
+        scale = abs(hp) + 1e-3 * alpha
+        assert abs((hq - hm) / (2 * d) - hp) <= 1e-6 * scale, (t, hp)
+        assert abs((hpq - hpm) / (2 * d) - hpp) <= 1e-6 * (abs(hpp) + scale), (t, hpp)
+
+
+def test_capped_sums_by_taylor_within_rounding():
+    """``_sums_at`` moves M's sums by Taylor's formula for steps up to ``_SUMS_TAYLOR``: S
+    within a few ulp (times alpha) of the full evaluation, which the root's tolerance
+    ``8 (n + 2) eps alpha`` dwarfs; a longer step is evaluated in full."""
+    from topkbench.kernels.topk_entropy import _SUMS_TAYLOR, _sums_at
+
+    for seed in range(5):
+        bs, kf, alpha, A = _capped_setup(seed, 1)
+        n = bs.shape[0]
+        near = np.arange(n, dtype=np.int64)
+        t0 = float(bs[1]) - 3.5
+        S0, D10, D20 = _sums(bs, 1, t0)
+        for d in (0.9 * _SUMS_TAYLOR, -0.9 * _SUMS_TAYLOR, 3e-6, 2 * _SUMS_TAYLOR):
+            args = (bs, 1, t0 + d, np.empty(n), np.empty(n), np.empty(n), math.nan, near[1:], n - 1)
+            S, D1, _, _, t_s, *_ = _sums_at(*args, t0, S0, D10, D20)
+            S_full, D1_full, _ = _sums(bs, 1, t0 + d)
+            assert abs(S - S_full) <= 8 * EPS * (S_full + alpha), (seed, d)
+            assert abs(D1 - D1_full) <= 1e-9 * D1_full
+            assert (t_s == t0) == (abs(d) <= _SUMS_TAYLOR)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_capped_first_evaluation_from_the_root_values(seed):
+    """The first capped candidate starts at the u = 0 root and takes M's sums from the root's
+    values (all entries minus the u largest, ``at_guess``): same root and s as evaluating M
+    in full."""
+    from topkbench.kernels.roots import _entropic_root
+    from topkbench.kernels.topk_entropy import _ent_root_capped
+
+    for u in (1, 2):
+        bs, kf, alpha, A = _capped_setup(seed, u, n=99)
+        n = bs.shape[0]
+        vals, ex, near = np.empty(n), np.empty(n), np.empty(n, np.int64)
+        t0, status = _entropic_root(bs.copy(), alpha, vals, ex, near, math.nan)
+        assert status == STATUS_OK
+        runs = []
+        for at_guess in (True, False):
+            v = vals.copy()
+            runs.append(
+                _ent_root_capped(
+                    bs, u, kf, alpha, A, t0, np.empty(n), np.empty(n), v,
+                    np.empty(n, np.int64), at_guess,
+                )  # fmt: skip
+            )
+        (t1, S1, st1), (t2, S2, st2) = runs
+        assert st1 == st2 == STATUS_OK
+        assert abs(t1 - t2) <= 1e-12 * (1 + abs(t2)), (u, t1, t2)
+        assert abs(S1 - S2) <= 1e-12 * (S2 + alpha), (u, S1, S2)
+
+
+@pytest.mark.parametrize("n_dom", [3, 9, 12])
+def test_prox_capped_many_dominant_entries(n_dom):
+    """k = 15 with 3, 9 or 12 dominant entries (n = 60): the consistent candidate has u ~
+    n_dom, so the bisection's probes pass ``_LAZY_MAX`` (the k largest ordered at once) for the
+    larger counts and stay lazy for 3.  The result passes the KKT and duality-gap checks."""
+    rng = np.random.default_rng(n_dom)
+    n, k = 60, 15
+    for alpha in (0.1, 10.0, 1e3):
+        b = rng.normal(0.0, 1.0, n)
+        b[:n_dom] += 12.0 + math.log(alpha) + rng.uniform(0.0, 0.5, n_dom)
+        b = b[rng.permutation(n)]
+        x = prox(b, alpha, k)
+        assert_in_top_k_simplex(x, k, b)
+        assert_prox_kkt(b, alpha, k, x)
+        gap, tol = prox_duality_gap(b, alpha, k, x)
+        assert gap <= tol, (gap, tol)
+        assert capped_mask(x, k).sum() >= min(n_dom, 3), capped_mask(x, k).sum()

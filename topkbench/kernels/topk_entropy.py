@@ -28,20 +28,21 @@ is the root of the scalar equation
 
 which reduces to eq. (14) at ``rho = 0`` and involves no ``1 - s`` cancellation.  ``S`` is
 decreasing in t, and ``g`` is decreasing (``-(1-rho) t`` and ``V^{-1}(alpha s/k)`` with s
-decreasing), so h is strictly decreasing: one root, found by Newton with a bisection
-safeguard inside a bracket.  Lower end: at the root ``V(b_j - t) <= alpha (1-rho)`` on M, so
+decreasing), so h is strictly decreasing: one root, found by Halley's method with a
+bisection safeguard inside a bracket.  Lower end: at the root ``V(b_j - t) <= alpha (1-rho)`` on M, so
 ``t >= max_M b_j - V^{-1}(alpha (1 - rho))``, where ``h >= V(g) > 0``; the upper end is found
 by doubling steps (``h -> -alpha`` as ``t -> inf``).  Derivatives: ``S' = -sum_M V/(1+V)``,
 ``g' = -(1-rho) + rho (1 + 1/sigma) sigma'`` with ``sigma = alpha s/k = S/(k(1-rho))``,
-``h' = S'/(1-rho) + V(g)/(1+V(g)) g'``.  The candidates ``u = 0, 1, ..., k-1`` are tried in
+``h' = S'/(1-rho) + V(g)/(1+V(g)) g'`` (h'' in :func:`_ent_h`).  The candidates ``u = 0, 1, ..., k-1`` are tried in
 order and the consistent one is optimal (strict convexity).  ``u = k`` (``n = k``) has
 ``x = (s/k) 1`` and ``s = sigmoid(w)`` with ``w + alpha (1 + 1/k) sigmoid(w) - B/k - log k =
 0``, the logistic dual equation.  As ``alpha -> 0`` the prox becomes the maximizer of Prop. 17
 with ``a = b``, which is used below ``alpha = 1e-16`` (see ``ALPHA_TINY``; this also covers
-zero-norm examples, DESIGN §4.3).  For the capped candidates Newton runs on
+zero-norm examples, DESIGN §4.3).  For the capped candidates the iteration runs on
 ``log(h(t) + alpha) - log(alpha)``, which is nearly linear in t where V behaves like exp
 (small alpha) and keeps the bracket otherwise; plain Newton on h moves by about one unit of t
-per step there.
+per step there.  The candidates are not tried in order but located by bisection on the sign
+of the cap violation, starting at ``u = 1`` (:func:`_topk_ent_prox_raw`).
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ from topkbench.kernels.roots import (
     _v_sums,
 )
 from topkbench.kernels.topk import insert_top, sort_descending
-from topkbench.kernels.vecmath import exp_shifted, vsum
+from topkbench.kernels.vecmath import exp_shifted, vmax, vsum
 
 # Below this alpha the prox is the alpha = 0 solution (Prop. 17 with a = b) to double precision:
 # the alpha-terms enter the stationarity conditions as alpha x_j and alpha (1 - s), both at most
@@ -154,7 +155,9 @@ def topk_ent_loss(a, k, work):
     return loss
 
 
-_ANCHOR_SPAN = 30.0  # _ent_h: recompute e^{bs_j - t_ref} when t moves farther (as in roots)
+_ANCHOR_SPAN = 30.0  # _m_sums: recompute e^{bs_j - t_ref} when t moves farther (as in roots)
+_SUMS_TAYLOR = 1e-5  # _ent_root_capped: shorter steps move M's sums by Taylor's formula
+_LAZY_MAX = 8  # candidates past u = 7 order the k largest at once (_top_k_first), not one by one
 
 
 @njit(cache=True)
@@ -162,10 +165,11 @@ def _top_k_first(b, k, bs):
     """``bs[:k]`` = the k largest entries of ``b`` in descending order, ``bs[k:n]`` = the other
     entries in b's order (``k <= n``).
 
-    The capped candidates (``u < k``) read only ``bs[:k]`` in order (the u largest, ``bs[u]``
-    and ``bs[u-1]``); M = ``bs[u:]`` is a set.  A full sort of the m-1 entries cost ~3 us per
-    update (mispredicted comparisons) against ~0.2 us for this (:func:`insert_top`, then one
-    copy pass)."""
+    The capped candidates (``u < k``) read only ``bs[:u+1]`` in order (the u largest and
+    ``bs[u]``); M = ``bs[u:]`` is a set.  They build that prefix one entry at a time
+    (:func:`_extract_next`) and call this only for ``u >= _LAZY_MAX``: a full sort of the m-1
+    entries cost ~3 us per update (mispredicted comparisons), this ~0.5 us
+    (:func:`insert_top`, then one copy pass), two extractions ~0.1 us."""
     n = b.shape[0]
     insert_top(b, k, bs)
     bar = bs[k - 1]
@@ -185,71 +189,143 @@ def _top_k_first(b, k, bs):
 
 
 @njit(cache=True)
-def _m_values(bs, u, ks, t, t_ref, ex, vals):
-    """``vals[j] = V(bs_j - t)`` for ``j >= u``, where ``bs[:ks]`` is sorted descending and
-    every later entry is at most ``bs[ks-1]`` (:func:`_top_k_first`, ``u <= ks``): the closed
-    form on the sorted prefix whose argument is at least ``SERIES_T_MAX``, the vectorized
-    Lagrange series from the anchored ``ex_j = e^{bs_j - t_ref}`` on the rest, then the closed
-    form again for the unsorted entries ``j >= ks`` whose argument is at least
-    ``SERIES_T_MAX`` (the series clamps them)."""
-    n = bs.shape[0]
-    p = u
-    while p < n and bs[p] - t >= SERIES_T_MAX:
-        vals[p] = lambertw_exp(bs[p] - t)
-        p += 1
-    if p < n:
-        _series_values(ex[p:], math.exp(t_ref - t), n - p, vals[p:], math.exp(SERIES_T_MAX))
-    for j in range(max(p, ks), n):
-        if bs[j] - t >= SERIES_T_MAX:
-            vals[j] = lambertw_exp(bs[j] - t)
+def _extract_next(bs, ks, n):
+    """Move the largest of ``bs[ks:n]`` (its first occurrence) to ``bs[ks]`` and return ``ks +
+    1``: one more entry of the sorted prefix that the capped candidates read (``bs[:ks]`` the
+    ks largest in descending order, the rest unordered).  Used lazily, one entry at a time:
+    the common capped candidate ``u = 1`` needs only the two largest (~0.1 us against ~0.5 us
+    for ordering the k largest by insertion, :func:`_top_k_first`)."""
+    mx = vmax(bs[ks:], n - ks)
+    j = ks
+    while bs[j] != mx:
+        j += 1
+    bs[j] = bs[ks]
+    bs[ks] = mx
+    return ks + 1
 
 
 @njit(cache=True)
-def _ent_h(bs, u, kf, alpha, A, t, ex, tmp, vals, t_ref):
-    """``(h(t), h'(t), S(t), t_ref)`` of the module docstring for ``U`` = the ``u`` largest of
-    bs (ordered as by :func:`_top_k_first` with ``k = kf``).  ``ex``, ``tmp``, ``vals``
-    (length >= n) are scratch; ``ex[u:]`` holds ``e^{bs_j - t_ref}`` for the returned anchor
-    ``t_ref`` (pass it back in; NaN recomputes), moved when ``|t - t_ref| > _ANCHOR_SPAN`` as
-    in :func:`~topkbench.kernels.roots._entropic_root`."""
+def _near_entries(bs, u, thr, near):
+    """Indices ``j >= u`` with ``bs_j >= thr`` into ``near``; returns their count.  ``bs[u]`` is
+    the largest of ``bs[u:]`` (sorted prefix), so nothing is scanned when it is below thr."""
     n = bs.shape[0]
-    rho = u / kf
-    om = 1.0 - rho
+    n_near = 0
+    if bs[u] >= thr:
+        for j in range(u, n):
+            if bs[j] >= thr:
+                near[n_near] = j
+                n_near += 1
+    return n_near
+
+
+@njit(cache=True)
+def _m_values(bs, u, t, t_ref, ex, vals, near, n_near):
+    """``vals[j] = V(bs_j - t)`` for ``j >= u``: the vectorized Lagrange series from the anchored
+    ``ex_j = e^{bs_j - t_ref}`` for all of them, then the closed form for the listed ``near``
+    entries whose argument is at least ``SERIES_T_MAX`` (the series clamps those).  Every
+    other entry has ``bs_j - t < SERIES_T_MAX`` because t never leaves the candidate's bracket
+    (:func:`_ent_root_capped`)."""
+    n = bs.shape[0]
+    _series_values(ex[u:], math.exp(t_ref - t), n - u, vals[u:], math.exp(SERIES_T_MAX))
+    for q in range(n_near):
+        j = near[q]
+        a = bs[j] - t
+        if a >= SERIES_T_MAX:
+            vals[j] = lambertw_exp(a)
+
+
+@njit(cache=True)
+def _m_sums(bs, u, t, ex, tmp, vals, t_ref, near, n_near):
+    """``(S, D1, D2, t_ref)`` at t: ``S = sum_M V(bs_j - t)``, ``D1 = sum_M V/(1+V) = -S'``,
+    ``D2 = sum_M V/(1+V)^3 = S''`` over ``M = bs[u:]``.  ``ex``, ``tmp``, ``vals`` (length >=
+    n) are scratch; ``ex[u:]`` holds ``e^{bs_j - t_ref}`` for the returned anchor ``t_ref``
+    (pass it back in; NaN recomputes), moved when ``|t - t_ref| > _ANCHOR_SPAN`` as in
+    :func:`~topkbench.kernels.roots._entropic_root`; ``near[:n_near]`` as in
+    :func:`_m_values`."""
+    n = bs.shape[0]
     if not abs(t - t_ref) <= _ANCHOR_SPAN:
         t_ref = t
         exp_shifted(bs[u:], t_ref, n - u, ex[u:], tmp[u:])
-    _m_values(bs, u, int(kf), t, t_ref, ex, vals)
-    S, dS, _ = _v_sums(vals[u:], n - u)
-    dS = -dS
-    sigma = S / (kf * om)
-    if sigma <= 0.0:
-        return S / om - alpha, dS / om, S, t_ref
-    g = alpha - A - om * t + rho * (sigma + math.log(sigma))
-    vg = lambertw_exp(g)
-    h = S / om + vg - alpha
-    dsig = dS / (kf * om)
-    dg = -om + rho * (1.0 + 1.0 / sigma) * dsig
-    hp = dS / om + vg / (1.0 + vg) * dg
-    return h, hp, S, t_ref
+    _m_values(bs, u, t, t_ref, ex, vals, near, n_near)
+    S, D1, D2 = _v_sums(vals[u:], n - u)
+    return S, D1, D2, t_ref
 
 
 @njit(cache=True)
-def _ent_root_capped(bs, u, kf, alpha, A, t_guess, ex, tmp, vals):
-    """Root of the decreasing ``h`` for ``u >= 1`` (bracketed, safeguarded Newton).
+def _ent_h(u, kf, alpha, A, t, S, D1, D2):
+    """``(h, h', h'')`` at t (module docstring) for ``|U| = u`` from the sums of
+    :func:`_m_sums`.
+
+    Second derivative (for Halley's method): ``sigma' = -D1 / (k (1-rho))``, ``sigma'' = D2 /
+    (k (1-rho))``, ``g'' = rho ((1 + 1/sigma) sigma'' - sigma'^2 / sigma^2)`` and ``h'' =
+    S''/(1-rho) + V''(g) g'^2 + V'(g) g''`` with ``V' = V/(1+V)``, ``V'' = V/(1+V)^3``
+    (``tests/kernels/test_topk_entropy.py`` checks both derivatives by finite differences)."""
+    rho = u / kf
+    om = 1.0 - rho
+    sigma = S / (kf * om)
+    if sigma <= 0.0:
+        return S / om - alpha, -D1 / om, D2 / om
+    g = alpha - A - om * t + rho * (sigma + math.log(sigma))
+    vg = lambertw_exp(g)
+    inv = 1.0 / (1.0 + vg)
+    v1 = vg * inv  # V'(g)
+    v2 = v1 * inv * inv  # V''(g)
+    dsig = -D1 / (kf * om)
+    d2sig = D2 / (kf * om)
+    isig = 1.0 / sigma
+    dg = -om + rho * (1.0 + isig) * dsig
+    d2g = rho * ((1.0 + isig) * d2sig - dsig * dsig * isig * isig)
+    h = S / om + vg - alpha
+    hp = -D1 / om + v1 * dg
+    hpp = D2 / om + v2 * dg * dg + v1 * d2g
+    return h, hp, hpp
+
+
+@njit(cache=True)
+def _ent_root_capped(bs, u, kf, alpha, A, t_guess, ex, tmp, vals, near, at_guess):
+    """Root of the decreasing ``h`` for ``u >= 1`` (bracketed, safeguarded Halley).
 
     ``t_guess`` (e.g. the root for the previous candidate u) seeds the bracket search and the
-    iteration.  Returns ``(t, S, status)``.  ``ex``, ``tmp``, ``vals`` are :func:`_ent_h`'s
-    scratch.
+    iteration.  Returns ``(t, S, status)``.  ``ex``, ``tmp``, ``vals`` are :func:`_m_sums`'s
+    scratch, ``near`` (int, length >= n) too.  With ``at_guess``, ``vals[:n]`` holds ``V(b_j -
+    t_guess)`` for all n entries (any order: the u = 0 root's values) and the first
+    evaluation takes M's sums from them (all minus the u largest) instead of recomputing them.
+
+    Halley's step is taken on ``H(t) = log(h + alpha) - log(alpha)`` (module docstring), ``H'
+    = h'/(h + alpha)``, ``H'' = h''/(h + alpha) - H'^2``: three evaluations from the u = 0
+    root where Newton took four on bench sdca's problem.  An evaluation within
+    ``_SUMS_TAYLOR = 1e-5`` of the last full one takes the sums by Taylor's formula, ``S(t +
+    d) = S - D1 d + D2 d^2 / 2`` (the remainder is at most ``D1 |d|^3 / 6 <= alpha 2e-16``:
+    the third derivative of V is at most V' and ``D1 <= S <= alpha``; the stopping tolerance
+    is ``8 (n + 2) eps alpha``), ``D1 - D2 d`` and ``D2`` (the derivatives only steer the
+    next step): the evaluation that confirms the root costs no pass over M.
     """
+    n = bs.shape[0]
     om = 1.0 - u / kf
     ao = alpha * om
     lo = bs[u] - (ao + math.log(ao))  # h(lo) > 0, see the module docstring
+    # every evaluated t is >= lo: only entries within SERIES_T_MAX of lo can leave the series
+    n_near = _near_entries(bs, u, lo + SERIES_T_MAX, near)
     hi = math.inf
     t = t_guess
-    have = False  # (h, hp, S) at t already known (reused by the first Newton step)
-    h = hp = S = 0.0
+    have = False  # (h, hp, hpp) at t already known (reused by the first step)
+    h = hp = hpp = 0.0
     t_ref = math.nan
+    t_s = math.nan  # (S0, D10, D20): the sums last computed in full, at t_s
+    S0 = D10 = D20 = 0.0
     if t > lo and t < math.inf:
-        h, hp, S, t_ref = _ent_h(bs, u, kf, alpha, A, t, ex, tmp, vals, t_ref)
+        if at_guess:
+            S0, D10, D20 = _v_sums(vals, n)
+            for j in range(u):
+                v = lambertw_exp(bs[j] - t)
+                inv = 1.0 / (1.0 + v)
+                S0 -= v
+                D10 -= v * inv
+                D20 -= v * inv * inv * inv
+        else:
+            S0, D10, D20, t_ref = _m_sums(bs, u, t, ex, tmp, vals, t_ref, near, n_near)
+        t_s = t
+        h, hp, hpp = _ent_h(u, kf, alpha, A, t, S0, D10, D20)
         have = True
         if h > 0.0:
             lo = t
@@ -259,21 +335,29 @@ def _ent_root_capped(bs, u, kf, alpha, A, t_guess, ex, tmp, vals):
         step = max(1.0, 1e-8 * abs(lo))
         hi = lo + step
         for _ in range(2000):
-            hb, _, _, t_ref = _ent_h(bs, u, kf, alpha, A, hi, ex, tmp, vals, t_ref)
+            S0, D10, D20, t_ref = _m_sums(bs, u, hi, ex, tmp, vals, t_ref, near, n_near)
+            t_s = hi
+            hb, _, _ = _ent_h(u, kf, alpha, A, hi, S0, D10, D20)
             if hb < 0.0:
                 break
             lo = hi
             step *= 2.0
             hi = lo + step
-    # Newton starts from the guess when it is evaluated and inside the bracket (it is then one
-    # of its ends), else from the bracket's midpoint
+    # the iteration starts from the guess when it is evaluated and inside the bracket (it is
+    # then one of its ends), else from the bracket's midpoint
     if not (have and lo <= t <= hi) and not (lo < t < hi):
         t = 0.5 * (lo + hi)
         have = False
-    tol = 8.0 * (bs.shape[0] + 2) * _EPS * alpha
+    tol = 8.0 * (n + 2) * _EPS * alpha
+    S = S0
     for _ in range(NEWTON_MAX_ITER):
         if not have:
-            h, hp, S, t_ref = _ent_h(bs, u, kf, alpha, A, t, ex, tmp, vals, t_ref)
+            S, D1, D2, t_ref, t_s, S0, D10, D20 = _sums_at(
+                bs, u, t, ex, tmp, vals, t_ref, near, n_near, t_s, S0, D10, D20
+            )  # fmt: skip
+            h, hp, hpp = _ent_h(u, kf, alpha, A, t, S, D1, D2)
+        else:
+            S = S0
         have = False
         if abs(h) <= tol:
             return t, S, STATUS_OK
@@ -281,28 +365,51 @@ def _ent_root_capped(bs, u, kf, alpha, A, t_guess, ex, tmp, vals):
             lo = t
         else:
             hi = t
-        # Newton on H(t) = log(h + alpha) - log(alpha); h + alpha > 0, H' = h' / (h + alpha)
         ha = h + alpha
-        t_new = t - math.log(ha / alpha) * ha / hp if hp < 0.0 and ha > 0.0 else 0.5 * (lo + hi)
+        if hp < 0.0 and ha > 0.0:
+            H = math.log(ha / alpha)
+            Hp = hp / ha
+            Hpp = hpp / ha - Hp * Hp
+            den = 2.0 * Hp * Hp - H * Hpp
+            t_new = t - 2.0 * H * Hp / den if den > 0.0 else t - H / Hp
+        else:
+            t_new = 0.5 * (lo + hi)
         if not (lo < t_new < hi):
             t_new = 0.5 * (lo + hi)
         if abs(t_new - t) <= 4.0 * _EPS * max(1.0, abs(t)):
-            _, _, S, _ = _ent_h(bs, u, kf, alpha, A, t_new, ex, tmp, vals, t_ref)
+            S, _, _, _, _, _, _, _ = _sums_at(
+                bs, u, t_new, ex, tmp, vals, t_ref, near, n_near, t_s, S0, D10, D20
+            )  # fmt: skip
             return t_new, S, STATUS_OK
         t = t_new
     return t, S, STATUS_ROOT_NOT_CONVERGED
 
 
 @njit(cache=True)
-def _capped_candidate(bs, u, kf, alpha, head, t_guess, ex, tmp, vals):
-    """Root and cap violations for ``|U| = u`` (sorted ``bs``, ``head`` = sum of its u largest).
+def _sums_at(bs, u, t, ex, tmp, vals, t_ref, near, n_near, t_s, S0, D10, D20):
+    """M's sums at t for :func:`_ent_root_capped`: by Taylor's formula from the full
+    evaluation ``(S0, D10, D20)`` at ``t_s`` when ``|t - t_s| <= _SUMS_TAYLOR``, else in full
+    (which becomes the new base).  Returns ``(S, D1, D2, t_ref, t_s, S0, D10, D20)``."""
+    d = t - t_s
+    if abs(d) <= _SUMS_TAYLOR:
+        return S0 - d * (D10 - 0.5 * d * D20), D10 - d * D20, D20, t_ref, t_s, S0, D10, D20
+    S, D1, D2, t_ref = _m_sums(bs, u, t, ex, tmp, vals, t_ref, near, n_near)
+    return S, D1, D2, t_ref, t, S, D1, D2
+
+
+@njit(cache=True)
+def _capped_candidate(bs, u, kf, alpha, head, t_guess, ex, tmp, vals, near, at_guess):
+    """Root and cap violations for ``|U| = u`` (``bs[:u+1]`` sorted, ``head`` = sum of its u
+    largest; ``at_guess`` as in :func:`_ent_root_capped`).
 
     Returns ``(t, alpha s, over, under, status)``: ``over`` is the relative excess of the first
     uncapped coordinate over the cap alpha s / k, ``under`` the relative shortfall of the last
     capped one; both <= tolerance means U is consistent.
     """
     om = 1.0 - u / kf
-    t, S, st = _ent_root_capped(bs, u, kf, alpha, head / kf, t_guess, ex, tmp, vals)
+    t, S, st = _ent_root_capped(
+        bs, u, kf, alpha, head / kf, t_guess, ex, tmp, vals, near, at_guess
+    )  # fmt: skip
     s_alpha = S / om  # alpha s
     cap = s_alpha / kf  # alpha s / k
     if cap > 0.0:
@@ -359,7 +466,9 @@ def _topk_ent_prox_raw(b, alpha, k, out, vals, srt, near, ex, tmp, t_start):
             out[j] = vals[j] / alpha
         return t0, status
     bs = srt[:n]
-    _top_k_first(b, min(k, n), bs)  # the candidates need only the k largest in order
+    for j in range(n):
+        bs[j] = b[j]
+    ks = 0  # bs[:ks] = the ks largest in order, extended on demand (_extract_next)
     best_v = math.inf
     best_t = 0.0
     best_s = 0.0
@@ -377,6 +486,7 @@ def _topk_ent_prox_raw(b, alpha, k, out, vals, srt, near, ex, tmp, t_start):
     bisect = True
     first = True
     u_scan = 0
+    n_tried = 0
     t = t0
     while True:
         if bisect and lo_u > hi_u:  # bisection exhausted: scan every candidate from u = 1
@@ -391,10 +501,20 @@ def _topk_ent_prox_raw(b, alpha, k, out, vals, srt, near, ex, tmp, t_start):
             u_scan += 1
         else:
             break
+        if ks < u + 1:
+            if u + 1 > _LAZY_MAX:
+                _top_k_first(b, n_cand, bs)
+                ks = n_cand
+            while ks < u + 1:
+                ks = _extract_next(bs, ks, n)
         head = 0.0  # sum of the u largest
         for j in range(u):
             head += bs[j]
-        t, s_alpha, over, under, st = _capped_candidate(bs, u, kf, alpha, head, t, ex, tmp, vals)
+        # the first candidate starts at the u = 0 root, where vals holds every V(b_j - t0)
+        t, s_alpha, over, under, st = _capped_candidate(
+            bs, u, kf, alpha, head, t, ex, tmp, vals, near, n_tried == 0
+        )  # fmt: skip
+        n_tried += 1
         viol = max(over, under)
         if viol < best_v:
             best_v, best_t, best_s, status = viol, t, s_alpha, st
