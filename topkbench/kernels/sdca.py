@@ -403,20 +403,31 @@ def _update(loss, yptr, yidx, i, s, a, kii, C, gamma, k, out, scratch, troots):
     )
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _store_block(A, i, new, delta, cols):
-    """``A[i] = new``; ``delta = new - old``; the indices of the nonzero entries of ``delta``
-    into ``cols``.  Returns how many there are."""
+    """``A[i] = new``; ``delta = new - old``; returns the number ``nz`` of nonzero entries of
+    ``delta`` and, when the change is sparse enough for the column-wise update
+    (``nz * _SPARSE_DELTA <= m``, :func:`_apply_change`), lists their indices in ``cols``.
+
+    The difference-and-store loop and the count vectorize (as two loops: fused, they did not;
+    84 -> 41 ns per block at m = 100 with the row in cache); the compaction, a chain through
+    its counter, runs only for sparse changes (the hinge losses near the optimum), not for the
+    dense changes of the logistic and entropic losses."""
+    m = new.shape[0]
+    row = A[i]
+    for j in range(m):
+        delta[j] = new[j] - row[j]
+        row[j] = new[j]
     nz = 0
-    for j in range(new.shape[0]):
-        dj = new[j] - A[i, j]
-        delta[j] = dj
-        # branch-free compaction: cols[nz] is overwritten until a nonzero keeps it (which
-        # entries of a block change are zero varies from example to example: a branch on it
-        # mispredicts)
-        cols[nz] = j
-        nz += dj != 0.0
-        A[i, j] = new[j]
+    for j in range(m):
+        nz += 1 if delta[j] != 0.0 else 0
+    if nz * _SPARSE_DELTA <= m:
+        q = 0
+        for j in range(m):
+            # branch-free: cols[q] is overwritten until a nonzero keeps it (which entries
+            # of a block change are zero varies from example to example: a branch mispredicts)
+            cols[q] = j
+            q += delta[j] != 0.0
     return nz
 
 
