@@ -279,16 +279,53 @@ def _b_vector(y, s, a, kii, work):
     return work[: m - 1]
 
 
+@njit(cache=True, error_model="numpy")
+def _b_full(y, s, a, kii, work):
+    """``b_j = (s_j - K a_j) - (s_y - K a_y)`` for every j, with ``b_y = -inf``, in
+    ``work[:m]`` (returned): the label keeps its slot, where the entropic prox gives ``x_y =
+    V(-inf) / alpha = 0``, so that this loop and the block's output loop vectorize (99 classes:
+    145 -> 50 ns for both against the compact vector of :func:`_b_vector`)."""
+    m = s.shape[0]
+    qy = s[y] - kii * a[y]
+    for j in range(m):
+        work[j] = (s[j] - kii * a[j]) - qy
+    work[y] = -np.inf
+    return work[:m]
+
+
+@njit(cache=True, error_model="numpy")
+def _entropic_out(y, C, x, out):
+    """``out = -C x`` except ``out[y] = C <1, x>`` (x over all m slots, ``x_y = 0``)."""
+    m = out.shape[0]
+    for j in range(m):
+        out[j] = -C * x[j]
+    out[y] = C * vsum(x, m)
+
+
 @njit(cache=True)
 def _entropic_block(loss, y, s, a, kii, C, k, out, work, vals, srt, idx, extra, troots, i):
     """LR^Multi / top-k Ent block update (see :func:`update_block`): the prox of eq. (11) at
-    ``b`` (LR^Multi is top-1 Ent, TPAMI Table 1), x written over b."""
+    ``b`` (LR^Multi is top-1 Ent, TPAMI Table 1), x written over b.
+
+    The prox runs on all m slots with ``b_y = -inf`` (:func:`_b_full`): the label's
+    coordinate is 0 and every other one is the prox of the m - 1 real entries (the extra slot
+    adds nothing to any sum and is never among the k largest).  Not when ``k = m - 1``: that
+    prox has its own all-capped case for ``k = n`` (every coordinate at the cap), which the
+    extra slot would hide; the compact vector of :func:`_b_vector` serves it."""
     m = s.shape[0]
-    b = _b_vector(y, s, a, kii, work)
     kk = 1 if loss == LOSS_LR_MULTI else k
+    if kk == 1 or kk < m - 1:
+        b = _b_full(y, s, a, kii, work)
+        t0, status = topk_ent_prox(
+            b, C * kii, kk, b, vals, srt, idx, extra[0], extra[1], troots[i]
+        )  # fmt: skip
+        troots[i] = t0
+        # the prox keeps <1, x> <= 1 (it rescales rounding excess itself)
+        _entropic_out(y, C, b, out)
+        return status
+    b = _b_vector(y, s, a, kii, work)
     t0, status = topk_ent_prox(b, C * kii, kk, b, vals, srt, idx, extra[0], extra[1], troots[i])
     troots[i] = t0
-    # the prox keeps <1, x> <= 1 (it rescales rounding excess itself)
     p = 0
     for j in range(m):
         if j != y:
