@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from topkbench.kernels.vecmath import exp_shifted, log_into, vmax
+from topkbench.kernels.vecmath import exp_rough, exp_shifted, log_into, vmax
 
 
 def test_exp_shifted_matches_math_exp():
@@ -70,3 +70,24 @@ def test_vmax_is_the_maximum_of_the_prefix():
             assert vmax(x, n) == (x[:n].max() if n else -np.inf), (n, pos)
     assert vmax(np.array([-np.inf, -np.inf]), 2) == -np.inf
     assert vmax(np.array([1.0, np.inf, 3.0]), 3) == np.inf
+
+
+def test_exp_rough_is_within_its_stated_error():
+    """``exp_rough`` (the first LR^OVA Halley step's exponential) within 1e-8 relative of
+    math.exp on [-708, 708], clamped outside (finite, positive), only n entries written."""
+    rng = np.random.default_rng(3)
+    x = np.concatenate([rng.uniform(-708.0, 708.0, 20_000), rng.uniform(-1.0, 1.0, 2_000)])
+    out = np.empty_like(x)
+    exp_rough(x, x.shape[0], out)
+    want = np.exp(x)
+    assert np.max(np.abs(out - want) / want) <= 1e-8
+    # but it is rough: the degree-7 polynomial is visibly short of exp_shifted's accuracy
+    assert np.max(np.abs(out - want) / want) > 1e-12
+    big = np.array([800.0, -800.0, 709.0])
+    ob = np.empty(3)
+    exp_rough(big, 3, ob)
+    assert np.all(np.isfinite(ob)) and np.all(ob > 0.0)
+    np.testing.assert_allclose(ob, np.exp([708.0, -708.0, 708.0]), rtol=1e-8)
+    part = np.full(4, -1.0)
+    exp_rough(np.zeros(4), 2, part)
+    assert part.tolist() == [1.0, 1.0, -1.0, -1.0]

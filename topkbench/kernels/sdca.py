@@ -68,7 +68,7 @@ from topkbench.kernels.topk import (
     topk_threshold,
 )
 from topkbench.kernels.topk_entropy import topk_ent_loss, topk_ent_prox
-from topkbench.kernels.vecmath import exp_shifted, log_into, vsum
+from topkbench.kernels.vecmath import exp_rough, exp_shifted, log_into, vsum
 
 LOSS_SVM_MULTI = 0
 LOSS_LR_MULTI = 1
@@ -215,13 +215,32 @@ def _lr_ova_halley_step(z, ck, m, u, ex, sig, res):
     return bad
 
 
+@njit(cache=True, error_model="numpy", fastmath={"contract"})
+def _lr_ova_rough_step(z, ck, m, u, ex):
+    """One Halley step on every ``u[c]`` from ``ex[c] ~ e^{u_c}`` (:func:`exp_rough`), without
+    the acceptance tests of :func:`_lr_ova_halley_step`: the second step of every update (on
+    bench sdca's problem its step is above the acceptance bound for all but ~0.03 % of the
+    updates, median 2e-3), whose iterate the exact steps then correct.  Halley's method
+    converges from any point of the bracket it is clipped to, so the rough exponential only
+    perturbs one iterate."""
+    for c in range(m):
+        e = ex[c]
+        inv = 1.0 / (1.0 + e)
+        sg = e * inv
+        _, step = _logistic_halley(u[c], z[c], ck, sg, sg * inv)
+        u[c] = step
+
+
 @njit(cache=True)
 def _lr_ova_block(y, s, a, kii, C, out, z, u, ex, extra):
     """LR^OVA block update (module docstring): ``out[c] = C sigmoid(u_c) ytilde_c`` with ``u_c``
     the root of ``u + z_c + ck sigmoid(u) = 0``, ``z_c = ytilde_c (s_c - K a_c)``, ``ck = C K``.
 
-    All m roots take Halley steps together (:func:`_lr_ova_halley_step`), as branch-free
-    loops with the vectorizable exp and log of :mod:`topkbench.kernels.vecmath`, until at most
+    All m roots take Halley steps together, as branch-free loops with the vectorizable exp
+    and log of :mod:`topkbench.kernels.vecmath`: the warm start's step (no exp,
+    :func:`_lr_ova_start`), one step from a rough exponential (:func:`_lr_ova_rough_step`,
+    ~60 ns less per update), then exact steps with acceptance tests
+    (:func:`_lr_ova_halley_step`) until at most
     ``_OVA_STRAGGLERS`` are left (or after ``_OVA_HALLEY_STEPS``); a class not accepted by then
     goes to the safeguarded scalar solver :func:`~topkbench.kernels.roots._logistic_dual_root`
     from its current iterate, so the result is the same root either way.  ``z``, ``u``,
@@ -235,6 +254,8 @@ def _lr_ova_block(y, s, a, kii, C, out, z, u, ex, extra):
         z[c] = yt * (s[c] - kii * a[c])
         sig[c] = min(max(a[c] * yt * inv_c, 0.0), 1.0)
     _lr_ova_start(z, sig, ck, m, u, ex, tmp)
+    exp_rough(u, m, ex)
+    _lr_ova_rough_step(z, ck, m, u, ex)
     bad = m
     for _ in range(_OVA_HALLEY_STEPS):
         exp_shifted(u, 0.0, m, ex, tmp)

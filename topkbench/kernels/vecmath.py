@@ -71,6 +71,29 @@ def exp_shifted(b, shift, n, out, tmp):
 
 
 @njit(cache=True, error_model="numpy", fastmath={"contract"})
+def exp_rough(x, n, out):
+    """``out[j] ~ e^{x_j}`` for ``j < n`` to ~6e-9 relative, the argument clamped to [-708,
+    708]: the reduction of :func:`exp_shifted` with a degree-7 Taylor polynomial (error
+    ``0.347^8 / 8!``), for an iterate that exact steps correct afterwards (the first LR^OVA
+    Halley step after the warm start, ~60 ns against ~110 ns for 100 entries).  The 2^k
+    factor goes through an integer view of ``out``, as in :func:`exp_shifted`."""
+    bits = out.view(np.int64)
+    for j in range(n):
+        a = min(max(x[j], -EXP_CLAMP), EXP_CLAMP)
+        kf = (a * _LOG2E + _ROUND) - _ROUND
+        bits[j] = (np.int64(kf) + 1023) << 52
+    for j in range(n):
+        a = min(max(x[j], -EXP_CLAMP), EXP_CLAMP)
+        kf = (a * _LOG2E + _ROUND) - _ROUND
+        r = (a - kf * _LN2_HI) - kf * _LN2_LO
+        r2 = r * r
+        p = ((_E0 + _E1 * r) + (_E2 + _E3 * r) * r2) + ((_E4 + _E5 * r) + (_E6 + _E7 * r) * r2) * (
+            r2 * r2
+        )
+        out[j] = p * out[j]
+
+
+@njit(cache=True, error_model="numpy", fastmath={"contract"})
 def log_into(x, n, out, tmp):
     """``out[j] = log(max(x_j, 2.2e-308))`` for ``j < n`` (finite ``x_j``; ``out`` may be
     ``x``); ``tmp`` is scratch (length >= n).  The clamp makes ``x log x`` come out as 0 at
