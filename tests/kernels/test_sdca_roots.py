@@ -150,3 +150,40 @@ def test_v_step_is_taylor_to_rounding():
         for delta in (2.0**-10, -(2.0**-10), 2.0**-12, -(2.0**-20), 0.0):
             want = V_reference(x - delta)
             assert abs(_v_step(v, delta) - want) <= 4e-16 * want + 1e-300, (x, delta)
+
+
+@pytest.mark.parametrize("offset", [0.0, 1e-9, 1e-4, 0.05, -0.3, 2.0])
+def test_entropic_root_from_a_warm_start(offset):
+    """A warm start (the SDCA case: the example's previous root) takes a first step from the
+    series' first 8 terms: the root is the cold start's to the stopping tolerance, from the
+    root itself (offset 0: that evaluation must not be accepted, it is rough), from starts a
+    Taylor step away and from starts far off; the values are V at the returned root."""
+    rng = np.random.default_rng(11)
+    for alpha in (0.3, 40.0, 300.0):
+        b = rng.normal(-6.0, 2.0, 99)
+        b[:2] += 5.0
+        n = b.shape[0]
+        vals0 = np.empty(n)
+        t0, st0 = _entropic_root(b, alpha, vals0, np.empty(n), np.empty(n, np.int64), math.nan)
+        vals = np.empty(n)
+        t, st = _entropic_root(b, alpha, vals, np.empty(n), np.empty(n, np.int64), t0 + offset)
+        assert st0 == st == STATUS_OK
+        # |h| <= 4 (n+1) eps alpha at both, and |h'| = sum V/(1+V) >= alpha/(1+alpha) at the
+        # root (the n+1 values are at most alpha and sum to alpha)
+        bound = 8 * (n + 1) * 2.3e-16 * (1.0 + alpha) + 4e-16 * abs(t0)
+        assert abs(t - t0) <= bound, (alpha, t, t0)
+        want = np.array([V_reference(bj - t) for bj in b])
+        np.testing.assert_allclose(vals, want, rtol=1e-12)
+
+
+def test_lambertw_series_rough_error():
+    """The 8-term series: within 6e-9 relative of V on the series range (x <= e^-3), and short
+    of the 18-term series' accuracy (so the rough evaluation is a different function)."""
+    from topkbench.kernels.lambertw import lambertw_series, lambertw_series_rough
+
+    x = np.exp(np.linspace(-40.0, -3.0, 2001))
+    full = np.array([lambertw_series(v) for v in x])
+    rough = np.array([lambertw_series_rough(v) for v in x])
+    err = np.abs(rough - full) / full
+    assert err.max() <= 6e-9
+    assert err.max() >= 1e-10

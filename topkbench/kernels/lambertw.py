@@ -67,6 +67,18 @@ def _interpolant(f, a: float, b: float, deg: int) -> tuple[float, ...]:
 
 
 @njit(cache=True, fastmath={"contract"})
+def lambertw_series_rough(x: float) -> float:
+    """The first 8 terms of :func:`lambertw_series`: for ``x <= e^-3`` within ``|c_9| x^9 /
+    V < 6e-9`` relative (``c_9 = 9^8 / 9!``), for an iterate that exact evaluations correct
+    afterwards (the first evaluation of the softmax root, ``roots._entropic_root``)."""
+    x2 = x * x
+    x4 = x2 * x2
+    q0 = (_A0 + _A1 * x) + (_A2 + _A3 * x) * x2
+    q1 = (_A4 + _A5 * x) + (_A6 + _A7 * x) * x2
+    return x * (q0 + q1 * x4)
+
+
+@njit(cache=True, fastmath={"contract"})
 def lambertw_series(x: float) -> float:
     """V(t) for ``t < SERIES_T_MAX`` from ``x = e^t`` (callers that know e^t cheaply, such as
     the softmax root finding, skip the ``exp``): the 18-term Lagrange series of the module
