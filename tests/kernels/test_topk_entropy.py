@@ -655,7 +655,7 @@ def _sums(bs, u, t):
     n = bs.shape[0]
     scratch = [np.empty(n) for _ in range(3)]
     near = np.arange(n, dtype=np.int64)  # every entry listed: exact wherever t is
-    S, D1, D2, _ = _m_sums(bs, u, t, *scratch, math.nan, near[u:] , n - u)
+    S, D1, D2, _ = _m_sums(bs, u, t, *scratch, math.nan, near[u:], n - u)
     return S, D1, D2
 
 
@@ -722,8 +722,17 @@ def test_capped_first_evaluation_from_the_root_values(seed):
             v = vals.copy()
             runs.append(
                 _ent_root_capped(
-                    bs, u, kf, alpha, A, t0, np.empty(n), np.empty(n), v,
-                    np.empty(n, np.int64), at_guess,
+                    bs,
+                    u,
+                    kf,
+                    alpha,
+                    A,
+                    t0,
+                    np.empty(n),
+                    np.empty(n),
+                    v,
+                    np.empty(n, np.int64),
+                    at_guess,
                 )  # fmt: skip
             )
         (t1, S1, st1), (t2, S2, st2) = runs

@@ -26,23 +26,23 @@ is the root of the scalar equation
 
     h(t) = S(t) / (1 - rho) + V(g(t)) - alpha = 0,
 
-which reduces to eq. (14) at ``rho = 0`` and involves no ``1 - s`` cancellation.  ``S`` is
+which reduces to eq. (14) at ``rho = 0`` and involves no ``1 - s`` cancellation. ``S`` is
 decreasing in t, and ``g`` is decreasing (``-(1-rho) t`` and ``V^{-1}(alpha s/k)`` with s
-decreasing), so h is strictly decreasing: one root, found by Halley's method with a
-bisection safeguard inside a bracket.  Lower end: at the root ``V(b_j - t) <= alpha (1-rho)`` on M, so
-``t >= max_M b_j - V^{-1}(alpha (1 - rho))``, where ``h >= V(g) > 0``; the upper end is found
-by doubling steps (``h -> -alpha`` as ``t -> inf``).  Derivatives: ``S' = -sum_M V/(1+V)``,
-``g' = -(1-rho) + rho (1 + 1/sigma) sigma'`` with ``sigma = alpha s/k = S/(k(1-rho))``,
-``h' = S'/(1-rho) + V(g)/(1+V(g)) g'`` (h'' in :func:`_ent_h`).  The candidates ``u = 0, 1, ..., k-1`` are tried in
-order and the consistent one is optimal (strict convexity).  ``u = k`` (``n = k``) has
-``x = (s/k) 1`` and ``s = sigmoid(w)`` with ``w + alpha (1 + 1/k) sigmoid(w) - B/k - log k =
-0``, the logistic dual equation.  As ``alpha -> 0`` the prox becomes the maximizer of Prop. 17
+decreasing), so h is strictly decreasing: one root, found by Halley's method with a bisection
+safeguard inside a bracket. Lower end: at the root ``V(b_j - t) <= alpha (1-rho)`` on M, so ``t
+>= max_M b_j - V^{-1}(alpha (1 - rho))``, where ``h >= V(g) > 0``; the upper end is found by
+doubling steps (``h -> -alpha`` as ``t -> inf``). Derivatives: ``S' = -sum_M V/(1+V)``, ``g' =
+-(1-rho) + rho (1 + 1/sigma) sigma'`` with ``sigma = alpha s/k = S/(k(1-rho))``, ``h' =
+S'/(1-rho) + V(g)/(1+V(g)) g'`` (h'' in :func:`_ent_h`). The candidates ``u = 0, 1, ..., k-1``
+are tried in order and the consistent one is optimal (strict convexity). ``u = k`` (``n = k``)
+has ``x = (s/k) 1`` and ``s = sigmoid(w)`` with ``w + alpha (1 + 1/k) sigmoid(w) - B/k - log k =
+0``, the logistic dual equation. As ``alpha -> 0`` the prox becomes the maximizer of Prop. 17
 with ``a = b``, which is used below ``alpha = 1e-16`` (see ``ALPHA_TINY``; this also covers
-zero-norm examples, DESIGN §4.3).  For the capped candidates the iteration runs on
-``log(h(t) + alpha) - log(alpha)``, which is nearly linear in t where V behaves like exp
-(small alpha) and keeps the bracket otherwise; plain Newton on h moves by about one unit of t
-per step there.  The candidates are not tried in order but located by bisection on the sign
-of the cap violation, starting at ``u = 1`` (:func:`_topk_ent_prox_raw`).
+zero-norm examples, DESIGN §4.3). For the capped candidates the iteration runs on ``log(h(t) +
+alpha) - log(alpha)``, which is nearly linear in t where V behaves like exp (small alpha) and
+keeps the bracket otherwise; plain Newton on h moves by about one unit of t per step there. The
+candidates are not tried in order but located by bisection on the sign of the cap violation,
+starting at ``u = 1`` (:func:`_topk_ent_prox_raw`).
 """
 
 from __future__ import annotations

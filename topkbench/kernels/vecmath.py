@@ -10,11 +10,14 @@ is reassociated); LLVM turns them into AVX-512 / AVX2 code.  The series of V
 (:func:`~topkbench.kernels.lambertw.lambertw_series`), the softmax root's vector loops and the
 LR^OVA Halley steps are compiled the same way (on the 99-entry vectors of ``bench sdca``:
 exp_shifted 144 -> 109 ns, the series 130 -> 92 ns).  ``exp_shifted`` is within 2 ulp of
-``math.exp`` and ``log_into`` within 4 ulp of ``math.log`` (``tests/kernels/test_vecmath.py``).
+``math.exp`` and ``log_into`` within 4 ulp of ``math.log``; ``exp_rough`` (a shorter
+polynomial, ~6e-9) only feeds iterates that exact steps correct afterwards
+(``tests/kernels/test_vecmath.py``).  Also here: the sum and the 8-lane maximum of a
+vector.
 
-Users: the softmax root of TPAMI eq. (14) (:mod:`topkbench.kernels.roots`), the LR^OVA block
-update and the certificates of the logistic and entropic losses
-(:mod:`topkbench.kernels.sdca`).
+Users: the softmax root of TPAMI eq. (14) (:mod:`topkbench.kernels.roots`), the top-k
+entropic prox (:mod:`topkbench.kernels.topk_entropy`), the LR^OVA block update and the
+certificates of the logistic and entropic losses (:mod:`topkbench.kernels.sdca`).
 """
 
 from __future__ import annotations
