@@ -258,6 +258,8 @@ def bench_sdca_convergence(
     shrinking."""
     import warnings
 
+    from threadpoolctl import threadpool_limits
+
     from topkbench.errors import ConvergenceWarning
     from topkbench.metrics.topk import topk_accuracy
     from topkbench.solvers.sdca import solve_sdca
@@ -284,7 +286,9 @@ def bench_sdca_convergence(
             if progress is not None:
                 progress(f"{label}: epoch {epoch}")
 
-        with warnings.catch_warnings():
+        # one core, as the epoch timings and the peers (the certificates' BLAS products would
+        # otherwise take both cores of the development machine)
+        with warnings.catch_warnings(), threadpool_limits(1):
             warnings.simplefilter("ignore", ConvergenceWarning)
             res = solve_sdca(
                 X, y, n_classes=m, eps=eps, max_epochs=max_epochs, time_limit=time_limit,
@@ -860,7 +864,9 @@ def scale_worker(xpath: str, ypath: str | None, method: str, C: float, gamma: fl
     load_s = time.perf_counter() - t0
     mapped = isinstance(ff.X, np.memmap) or isinstance(getattr(ff.X, "base", None), np.memmap)
     m = int(ff.labels.max()) + 1
-    with warnings.catch_warnings():
+    from threadpoolctl import threadpool_limits
+
+    with warnings.catch_warnings(), threadpool_limits(1):  # one core, BLAS included
         warnings.simplefilter("ignore", ConvergenceWarning)
         # compile (or load from numba's cache) the float32 kernels outside the timing
         tiny = np.ascontiguousarray(ff.X[:64])
