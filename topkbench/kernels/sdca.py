@@ -264,16 +264,23 @@ def _lr_ova_block(y, s, a, kii, C, out, z, u, ex, extra):
             # a vector step for one or two roots costs more than their scalar solves (below)
             break
     status = STATUS_OK
-    for c in range(m):
-        yt = 1.0 if c == y else -1.0
-        if res[c] != 0.0:
-            uc, st = _logistic_dual_root(z[c], ck, u[c])
-            if st != STATUS_OK:
-                status = st
-            out[c] = C * _sigmoid(uc) * yt
-        else:
-            out[c] = C * sig[c] * yt
+    if bad > 0:  # the stragglers' sigmoids from the scalar solver (res[c] != 0: not accepted)
+        for c in range(m):
+            if res[c] != 0.0:
+                uc, st = _logistic_dual_root(z[c], ck, u[c])
+                if st != STATUS_OK:
+                    status = st
+                sig[c] = _sigmoid(uc)
+    _lr_ova_out(y, C, sig, m, out)
     return status
+
+
+@njit(cache=True, error_model="numpy")
+def _lr_ova_out(y, C, sig, m, out):
+    """``out[c] = C sigma_c ytilde_c`` (a loop of its own: it vectorizes)."""
+    for c in range(m):
+        out[c] = -C * sig[c]
+    out[y] = C * sig[y]
 
 
 @njit(cache=True)
