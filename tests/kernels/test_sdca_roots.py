@@ -39,7 +39,7 @@ def softmax_prox_reference(b, alpha):
 def kernel_prox(b, alpha):
     b = np.ascontiguousarray(b, dtype=np.float64)
     vals = np.empty_like(b)
-    t, status = _entropic_root(
+    t, status, _ = _entropic_root(
         b, float(alpha), vals, np.empty_like(b), np.empty(b.shape[0], dtype=np.int64), math.nan
     )
     return t, status, vals / alpha
@@ -164,9 +164,9 @@ def test_entropic_root_from_a_warm_start(offset):
         b[:2] += 5.0
         n = b.shape[0]
         vals0 = np.empty(n)
-        t0, st0 = _entropic_root(b, alpha, vals0, np.empty(n), np.empty(n, np.int64), math.nan)
+        t0, st0, _ = _entropic_root(b, alpha, vals0, np.empty(n), np.empty(n, np.int64), math.nan)
         vals = np.empty(n)
-        t, st = _entropic_root(b, alpha, vals, np.empty(n), np.empty(n, np.int64), t0 + offset)
+        t, st, _ = _entropic_root(b, alpha, vals, np.empty(n), np.empty(n, np.int64), t0 + offset)
         assert st0 == st == STATUS_OK
         # |h| <= 4 (n+1) eps alpha at both, and |h'| = sum V/(1+V) >= alpha/(1+alpha) at the
         # root (the n+1 values are at most alpha and sum to alpha)

@@ -627,7 +627,7 @@ def test_extract_next_builds_the_sorted_prefix(b, data):
     bs = b.copy()
     ks = 0
     for _ in range(q):
-        ks = _extract_next(bs, ks, n)
+        ks = _extract_next(bs, ks, n, np.empty(n))
     assert ks == q
     np.testing.assert_array_equal(bs[:q], np.sort(b)[::-1][:q])
     assert np.all(bs[q:] <= bs[q - 1])
@@ -645,7 +645,7 @@ def _capped_setup(seed, u, n=40, k=5):
     bs = b.copy()
     ks = 0
     while ks < u + 1:
-        ks = _extract_next(bs, ks, n)
+        ks = _extract_next(bs, ks, n, np.empty(n))
     return bs, float(k), alpha, float(np.sum(bs[:u])) / k
 
 
@@ -715,7 +715,7 @@ def test_capped_first_evaluation_from_the_root_values(seed):
         bs, kf, alpha, A = _capped_setup(seed, u, n=99)
         n = bs.shape[0]
         vals, ex, near = np.empty(n), np.empty(n), np.empty(n, np.int64)
-        t0, status = _entropic_root(bs.copy(), alpha, vals, ex, near, math.nan)
+        t0, status, _ = _entropic_root(bs.copy(), alpha, vals, ex, near, math.nan)
         assert status == STATUS_OK
         runs = []
         for at_guess in (True, False):
@@ -733,9 +733,10 @@ def test_capped_first_evaluation_from_the_root_values(seed):
                     v,
                     np.empty(n, np.int64),
                     at_guess,
+                    math.nan,
                 )  # fmt: skip
             )
-        (t1, S1, st1), (t2, S2, st2) = runs
+        (t1, S1, st1, _), (t2, S2, st2, _) = runs
         assert st1 == st2 == STATUS_OK
         assert abs(t1 - t2) <= 1e-12 * (1 + abs(t2)), (u, t1, t2)
         assert abs(S1 - S2) <= 1e-12 * (S2 + alpha), (u, S1, S2)

@@ -110,8 +110,9 @@ def _entropic_root(b, alpha, vals, ex, near, t_start):
     Halley's method (``h' = -sum V/(1+V)``, ``h'' = sum V/(1+V)^3``, both free once V is known)
     inside the bracket of the module docstring, with bisection as the safeguard.  It stops when
     the residual is at rounding level, ``|h| <= 4 (m+1) eps alpha`` (a test on the step size
-    alone can stall under rounding).  On return ``vals[j] = V(b_j - t)``.  Returns
-    ``(t, status)``.  Scratch: ``ex`` (float) and ``near`` (int), length >= len(b).
+    alone can stall under rounding).  On return ``vals[j] = V(b_j - t)`` and ``ex[j] = e^{b_j -
+    t_ref}`` (the last anchor, see below; the top-k entropic prox reuses them).  Returns ``(t,
+    status, t_ref)``.  Scratch: ``ex`` (float) and ``near`` (int), length >= len(b).
 
     Cost (an SDCA update of lr_multi / topk_ent solves this once, ~3 Halley steps from the
     example's previous root): most arguments ``b_j - t`` lie below ``SERIES_T_MAX`` (mostly in
@@ -186,7 +187,7 @@ def _entropic_root(b, alpha, vals, ex, near, t_start):
         d2 += w * inv * inv
         if not rough:  # (a rough h may have the wrong sign near the root)
             if abs(h) <= tol:
-                return t, STATUS_OK
+                return t, STATUS_OK, t_ref
             if h > 0.0:
                 lo = t
             else:
@@ -215,9 +216,9 @@ def _entropic_root(b, alpha, vals, ex, near, t_start):
             # evaluation that would only confirm it; also ends a step at rounding level, where
             # the residual's floor ~ ulp(t) |h'| can stay above tol when |t| is large.
             _v_taylor(vals, mb, delta)
-            return t_new, STATUS_OK
+            return t_new, STATUS_OK, t_ref
         t = t_new
-    return t, STATUS_ROOT_NOT_CONVERGED
+    return t, STATUS_ROOT_NOT_CONVERGED, t_ref
 
 
 @njit(cache=True)
