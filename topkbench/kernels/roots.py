@@ -203,10 +203,8 @@ def _entropic_root(b, alpha, vals, ex, near, t_start):
             t_new = 0.5 * (lo + hi)
             halley = False
         delta = t_new - t
-        if rough:
+        if rough:  # the next evaluation, at t_new (possibly t itself), is exact
             rough = False
-            if t_new == t:  # at the root already: evaluate it exactly
-                continue
             t = t_new
             continue
         if halley and delta * delta * abs(delta) <= _EPS * max(1.0, abs(t)):

@@ -41,8 +41,8 @@ with ``a = b``, which is used below ``alpha = 1e-16`` (see ``ALPHA_TINY``; this 
 zero-norm examples, DESIGN §4.3). For the capped candidates the iteration runs on ``log(h(t) +
 alpha) - log(alpha)``, which is nearly linear in t where V behaves like exp (small alpha) and
 keeps the bracket otherwise; plain Newton on h moves by about one unit of t per step there. The
-candidates are not tried in order but located by bisection on the sign of the cap violation,
-starting at ``u = 1`` (:func:`_topk_ent_prox_raw`).
+candidates are not tried in order but located by the sign of the cap violation, galloping up
+from ``u = 1`` and then bisecting (:func:`_topk_ent_prox_raw`).
 """
 
 from __future__ import annotations
@@ -193,9 +193,9 @@ def _extract_next(bs, ks, n, ex):
     """Move the largest of ``bs[ks:n]`` (its first occurrence) to ``bs[ks]`` and return ``ks +
     1``: one more entry of the sorted prefix that the capped candidates read (``bs[:ks]`` the
     ks largest in descending order, the rest unordered), swapping ``ex`` alongside.  Used
-    lazily, one entry at a time:
-    the common capped candidate ``u = 1`` needs only the two largest (~0.1 us against ~0.5 us
-    for ordering the k largest by insertion, :func:`_top_k_first`)."""
+    lazily, one entry at a time: the common capped candidate ``u = 1`` needs only the two
+    largest (~0.1 us against ~0.5 us for ordering the k largest by insertion,
+    :func:`_top_k_first`)."""
     mx = vmax(bs[ks:], n - ks)
     j = ks
     while bs[j] != mx:
