@@ -187,3 +187,45 @@ def test_lambertw_series_rough_error():
     err = np.abs(rough - full) / full
     assert err.max() <= 6e-9
     assert err.max() >= 1e-10
+
+
+def _softmax_sums(b, t):
+    v = np.array([V_reference(bj - t) for bj in b])
+    inv = 1.0 / (1.0 + v)
+    return v.sum(), (v * inv).sum(), (v * inv**3).sum()
+
+
+@pytest.mark.parametrize("alpha, shift", [(250.0, -8.0), (2.0, -1.0), (0.5, 30.0), (1e-3, 6.0)])
+def test_softmax_g_derivatives_and_forms(alpha, shift):
+    """``_softmax_g``'s g' and g'' against central differences (step 1e-7), and its sign
+    against eq. (14)'s residual h (g < 0 exactly where h > 0), at points around the root.
+    The log form holds where ``1 - s`` is of order 1; ``b`` large against alpha puts the root
+    where ``Q = alpha - S`` is below ``_Q_LOG alpha``, and ``g = -h`` there."""
+    from topkbench.kernels.roots import _Q_LOG, _softmax_g
+
+    def form(t):
+        return alpha - _softmax_sums(b, t)[0] > _Q_LOG * alpha
+
+    def gfun(t):
+        return _softmax_g(alpha, t, *_softmax_sums(b, t), 0.0)
+
+    rng = np.random.default_rng(3)
+    b = rng.normal(shift, 1.0, 12)
+    t0, status, _ = kernel_prox(b, alpha)
+    assert status == STATUS_OK
+    assert form(t0) == (shift < 0.0)
+    checked = 0
+    d = 1e-7
+    for t in (t0 - 0.3, t0 - 1e-3, t0 - 1e-5, t0 + 1e-5, t0 + 2e-3, t0 + 0.5):
+        g, g1, g2, _, r = gfun(t)
+        h = V_reference(alpha - t) + _softmax_sums(b, t)[0] - alpha
+        assert (g < 0.0) == (h > 0.0), (t, g, h)
+        assert g1 > 0.0 and r >= 1.0
+        if not form(t - d) == form(t) == form(t + d):
+            continue
+        checked += 1
+        gm, g1m, *_ = gfun(t - d)
+        gq, g1q, *_ = gfun(t + d)
+        assert abs((gq - gm) / (2 * d) - g1) <= 1e-6 * g1, (t, g1)
+        assert abs((g1q - g1m) / (2 * d) - g2) <= 1e-5 * (abs(g2) + g1), (t, g2)
+    assert checked >= 4

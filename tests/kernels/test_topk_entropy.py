@@ -718,28 +718,22 @@ def test_capped_first_evaluation_from_the_root_values(seed):
         t0, status, _ = _entropic_root(bs.copy(), alpha, vals, ex, near, math.nan)
         assert status == STATUS_OK
         runs = []
-        for at_guess in (True, False):
-            v = vals.copy()
-            runs.append(
-                _ent_root_capped(
-                    bs,
-                    u,
-                    kf,
-                    alpha,
-                    A,
-                    t0,
-                    np.empty(n),
-                    np.empty(n),
-                    v,
-                    np.empty(n, np.int64),
-                    at_guess,
-                    math.nan,
-                )  # fmt: skip
-            )
-        (t1, S1, st1, _), (t2, S2, st2, _) = runs
-        assert st1 == st2 == STATUS_OK
-        assert abs(t1 - t2) <= 1e-12 * (1 + abs(t2)), (u, t1, t2)
-        assert abs(S1 - S2) <= 1e-12 * (S2 + alpha), (u, S1, S2)
+        # the first evaluation from the root's values, with V of the largest entry recomputed
+        # or (u = 1) given as the largest value (v_top), and from M's own sums
+        for at_guess, v_top in ((True, math.nan), (True, float(vals.max())), (False, math.nan)):
+            if u > 1 and v_top == v_top:
+                continue
+            run = _ent_root_capped(
+                bs, u, kf, alpha, A, t0, np.empty(n), np.empty(n), vals.copy(),
+                np.empty(n, np.int64), at_guess, v_top, math.nan,
+            )  # fmt: skip
+            runs.append(run)
+        t2, S2, st2, _ = runs[-1]
+        assert st2 == STATUS_OK
+        for t1, S1, st1, _ in runs[:-1]:
+            assert st1 == STATUS_OK
+            assert abs(t1 - t2) <= 1e-12 * (1 + abs(t2)), (u, t1, t2)
+            assert abs(S1 - S2) <= 1e-12 * (S2 + alpha), (u, S1, S2)
 
 
 @pytest.mark.parametrize("n_dom", [3, 9, 12])
@@ -759,3 +753,70 @@ def test_prox_capped_many_dominant_entries(n_dom):
         gap, tol = prox_duality_gap(b, alpha, k, x)
         assert gap <= tol, (gap, tol)
         assert capped_mask(x, k).sum() >= min(n_dom, 3), capped_mask(x, k).sum()
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("u", [1, 2, 3])
+def test_capped_f_derivatives_and_sign(seed, u):
+    """``_ent_f`` (the capped candidates' log-domain equation): F' and F'' against central
+    differences of F and F' (step 1e-6), F increasing, and its sign against h's (F < 0
+    exactly where h > 0, the same root), at points around the root inside F's domain."""
+    import topkbench.kernels.topk_entropy as te
+    from topkbench.kernels.topk_entropy import _ent_f, _ent_h
+
+    bs, kf, alpha, A = _capped_setup(seed, u)
+    om = 1.0 - u / kf
+
+    def ffun(t):
+        return _ent_f(u, kf, alpha, A, t, *_sums(bs, u, t))
+
+    n = bs.shape[0]
+    t_root, _, status, _ = te._ent_root_capped(
+        bs, u, kf, alpha, A, math.nan, *(np.empty(n) for _ in range(3)),
+        np.arange(n, dtype=np.int64), False, math.nan, math.nan,
+    )  # fmt: skip
+    assert status == STATUS_OK
+    checked = 0
+    for t in (t_root - 0.5, t_root - 1e-3, t_root + 1e-3, t_root + 1.0):
+        S, D1, D2 = _sums(bs, u, t)
+        if not (0.0 < S / om < alpha):  # outside F's domain (the h form is used there)
+            continue
+        checked += 1
+        f, f1, f2 = ffun(t)
+        d = 1e-6
+        fm, f1m, _ = ffun(t - d)
+        fq, f1q, _ = ffun(t + d)
+        assert f1 > 0.0
+        assert abs((fq - fm) / (2 * d) - f1) <= 1e-6 * f1, (t, f1)
+        assert abs((f1q - f1m) / (2 * d) - f2) <= 1e-5 * (abs(f2) + f1), (t, f2)
+        h, _, _ = _ent_h(u, kf, alpha, A, t, S, D1, D2)
+        assert (f < 0.0) == (h > 0.0), (t, f, h)
+    assert checked >= 3
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_capped_root_forms_agree(seed):
+    """The capped root on F (where ``1 - s`` is not small) and on the h form (forced by a
+    huge ``_Q_LOG``) agree to the stopping tolerance."""
+    import topkbench.kernels.topk_entropy as te
+
+    bs, kf, alpha, A = _capped_setup(seed, 1, n=99)
+    n = bs.shape[0]
+    near = np.arange(n, dtype=np.int64)
+    t_f, S_f, st_f, _ = te._ent_root_capped.py_func(
+        bs, 1, kf, alpha, A, math.nan, *(np.empty(n) for _ in range(3)), near, False,
+        math.nan, math.nan,
+    )  # fmt: skip
+    saved = te._Q_LOG, te._ent_g
+    try:
+        te._Q_LOG = 2.0  # Q > 2 alpha never holds: every evaluation takes the h form
+        te._ent_g = te._ent_g.py_func
+        t_h, S_h, st_h, _ = te._ent_root_capped.py_func(
+            bs, 1, kf, alpha, A, math.nan, *(np.empty(n) for _ in range(3)), near, False,
+            math.nan, math.nan,
+        )  # fmt: skip
+    finally:
+        te._Q_LOG, te._ent_g = saved
+    assert st_f == st_h == STATUS_OK
+    assert abs(t_f - t_h) <= 1e-11 * (1.0 + abs(t_h)), (t_f, t_h)
+    assert abs(S_f - S_h) <= 1e-11 * (S_h + alpha)
