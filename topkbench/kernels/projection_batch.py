@@ -46,6 +46,7 @@ def project_rows(kind, data, k, r, out):
     vals = np.empty(d)
     ex = np.empty(d)
     tmp = np.empty(d)
+    pos = np.empty(d)
     total = 0.0
     for i in range(n):
         b = data[i]
@@ -54,7 +55,7 @@ def project_rows(kind, data, k, r, out):
             t = simplex_threshold(b, r, idx)
             total += apply_threshold(b, t, x)
         elif kind == PROJ_TOPK_ENT:
-            topk_ent_prox(b, r, k, x, vals, work, idx, ex, tmp, math.nan)
+            topk_ent_prox(b, r, k, x, vals, work, idx, ex, tmp, pos, math.nan)
             for j in range(d):
                 total += x[j]
         else:

@@ -345,14 +345,16 @@ def _entropic_block(loss, y, s, a, kii, C, k, out, work, vals, srt, idx, extra, 
     if kk == 1 or kk < m - 1:
         b = _b_full(y, s, a, kii, work)
         t0, status = topk_ent_prox(
-            b, C * kii, kk, b, vals, srt, idx, extra[0], extra[1], troots[i]
+            b, C * kii, kk, b, vals, srt, idx, extra[0], extra[1], extra[2], troots[i]
         )  # fmt: skip
         troots[i] = t0
         # the prox keeps <1, x> <= 1 (it rescales rounding excess itself)
         _entropic_out(y, C, b, out)
         return status
     b = _b_vector(y, s, a, kii, work)
-    t0, status = topk_ent_prox(b, C * kii, kk, b, vals, srt, idx, extra[0], extra[1], troots[i])
+    t0, status = topk_ent_prox(
+        b, C * kii, kk, b, vals, srt, idx, extra[0], extra[1], extra[2], troots[i]
+    )  # fmt: skip
     troots[i] = t0
     p = 0
     for j in range(m):
