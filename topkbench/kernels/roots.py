@@ -32,9 +32,9 @@ _TWENTYFOURTH = 1.0 / 24.0  # (vdivpd, ~10 cycles per AVX-512 vector on Zen 4), 
 
 @njit(cache=True, error_model="numpy", fastmath={"contract"})
 def _series_values(ex, r, n, vals, cut):
-    """``vals[j] = V`` from the Lagrange series at ``x = min(ex_j r, cut)``, ``j < n`` (branch-free,
-    vectorized; entries beyond the series range are clamped here and overwritten by the
-    caller)."""
+    """``vals[j] = V`` from :func:`~topkbench.kernels.lambertw.lambertw_series` at ``x =
+    min(ex_j r, cut)``, ``j < n`` (branch-free, vectorized; entries beyond the series range
+    are clamped here and overwritten by the caller)."""
     for j in range(n):
         vals[j] = lambertw_series(min(ex[j] * r, cut))
 

@@ -227,7 +227,7 @@ def _near_entries(bs, u, thr, near):
 
 @njit(cache=True)
 def _m_values(bs, u, t, t_ref, ex, vals, near, n_near):
-    """``vals[j] = V(bs_j - t)`` for ``j >= u``: the vectorized Lagrange series from the anchored
+    """``vals[j] = V(bs_j - t)`` for ``j >= u``: the vectorized series of V from the anchored
     ``ex_j = e^{bs_j - t_ref}`` for all of them, then the closed form for the listed ``near``
     entries whose argument is at least ``SERIES_T_MAX`` (the series clamps those).  Every
     other entry has ``bs_j - t < SERIES_T_MAX`` because t never leaves the candidate's bracket
