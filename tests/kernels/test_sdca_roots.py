@@ -39,7 +39,7 @@ def softmax_prox_reference(b, alpha):
 def kernel_prox(b, alpha):
     b = np.ascontiguousarray(b, dtype=np.float64)
     vals = np.empty_like(b)
-    t, status, _ = _entropic_root(
+    t, status, _, _ = _entropic_root(
         b, float(alpha), vals, np.empty_like(b), np.empty(b.shape[0], dtype=np.int64), math.nan
     )
     return t, status, vals / alpha
@@ -157,16 +157,21 @@ def test_entropic_root_from_a_warm_start(offset):
     """A warm start (the SDCA case: the example's previous root) takes a first step from the
     series' first 8 terms: the root is the cold start's to the stopping tolerance, from the
     root itself (offset 0: that evaluation must not be accepted, it is rough), from starts a
-    Taylor step away and from starts far off; the values are V at the returned root."""
+    Taylor step away and from starts far off; the values are V at the returned root, and so
+    are the sums returned with it."""
     rng = np.random.default_rng(11)
     for alpha in (0.3, 40.0, 300.0):
         b = rng.normal(-6.0, 2.0, 99)
         b[:2] += 5.0
         n = b.shape[0]
         vals0 = np.empty(n)
-        t0, st0, _ = _entropic_root(b, alpha, vals0, np.empty(n), np.empty(n, np.int64), math.nan)
+        t0, st0, _, _ = _entropic_root(
+            b, alpha, vals0, np.empty(n), np.empty(n, np.int64), math.nan
+        )
         vals = np.empty(n)
-        t, st, _ = _entropic_root(b, alpha, vals, np.empty(n), np.empty(n, np.int64), t0 + offset)
+        t, st, _, sums = _entropic_root(
+            b, alpha, vals, np.empty(n), np.empty(n, np.int64), t0 + offset
+        )
         assert st0 == st == STATUS_OK
         # |h| <= 4 (n+1) eps alpha at both, and |h'| = sum V/(1+V) >= alpha/(1+alpha) at the
         # root (the n+1 values are at most alpha and sum to alpha)
@@ -174,6 +179,13 @@ def test_entropic_root_from_a_warm_start(offset):
         assert abs(t - t0) <= bound, (alpha, t, t0)
         want = np.array([V_reference(bj - t) for bj in b])
         np.testing.assert_allclose(vals, want, rtol=1e-12)
+        # the sums returned with the root are those of V at t: S to rounding; -S' and S'',
+        # which only steer steps, to first order and from the last evaluation after the
+        # early exit
+        inv = 1.0 / (1.0 + want)
+        assert abs(sums[0] - want.sum()) <= 1e-12 * want.sum()
+        assert abs(sums[1] - (want * inv).sum()) <= 1e-9 * sums[1]
+        assert abs(sums[2] - (want * inv**3).sum()) <= 1e-4 * sums[2]
 
 
 def test_lambertw_series_rough_error():

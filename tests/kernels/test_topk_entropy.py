@@ -502,7 +502,7 @@ def test_prox_small_alpha_tends_to_the_loss_maximizer(inputs, log_alpha):
 def prox_with_status(b, alpha, k):
     b = np.ascontiguousarray(b, dtype=np.float64)
     out = np.empty_like(b)
-    _, status = topk_ent_prox(
+    _, status, _ = topk_ent_prox(
         b, alpha, k, out, np.empty_like(b), np.empty_like(b), np.empty(b.shape[0], dtype=np.int64),
         np.empty_like(b), np.empty_like(b), np.empty_like(b), math.nan,
     )  # fmt: skip
@@ -645,6 +645,9 @@ def test_extract_next_builds_the_sorted_prefix(b, data):
     np.testing.assert_array_equal(bs, b)
 
 
+NO_SUMS = (math.nan, math.nan, math.nan)  # _ent_root_capped's sums when at_guess is False
+
+
 def _capped_setup(seed, u, n=40, k=5):
     """A capped-candidate input: bs with its u + 1 largest in order, alpha, A = head / k."""
     from topkbench.kernels.topk_entropy import _extract_next
@@ -726,7 +729,7 @@ def test_capped_first_evaluation_from_the_root_values(seed):
         bs, kf, alpha, A = _capped_setup(seed, u, n=99)
         n = bs.shape[0]
         vals, ex, near = np.empty(n), np.empty(n), np.empty(n, np.int64)
-        t0, status, _ = _entropic_root(bs.copy(), alpha, vals, ex, near, math.nan)
+        t0, status, _, sums = _entropic_root(bs.copy(), alpha, vals, ex, near, math.nan)
         assert status == STATUS_OK
         runs = []
         # the first evaluation from the root's values, with V of the largest entry recomputed
@@ -736,7 +739,7 @@ def test_capped_first_evaluation_from_the_root_values(seed):
                 continue
             run = _ent_root_capped(
                 bs, u, kf, alpha, A, t0, np.empty(n), np.empty(n), vals.copy(),
-                np.empty(n, np.int64), at_guess, v_top, math.nan,
+                np.empty(n, np.int64), at_guess, v_top, sums, math.nan,
             )  # fmt: skip
             runs.append(run)
         t2, S2, st2, _ = runs[-1]
@@ -784,7 +787,7 @@ def test_capped_f_derivatives_and_sign(seed, u):
     n = bs.shape[0]
     t_root, _, status, _ = te._ent_root_capped(
         bs, u, kf, alpha, A, math.nan, *(np.empty(n) for _ in range(3)),
-        np.arange(n, dtype=np.int64), False, math.nan, math.nan,
+        np.arange(n, dtype=np.int64), False, math.nan, NO_SUMS, math.nan,
     )  # fmt: skip
     assert status == STATUS_OK
     checked = 0
@@ -816,7 +819,7 @@ def test_capped_root_forms_agree(seed):
     near = np.arange(n, dtype=np.int64)
     t_f, S_f, st_f, _ = te._ent_root_capped.py_func(
         bs, 1, kf, alpha, A, math.nan, *(np.empty(n) for _ in range(3)), near, False,
-        math.nan, math.nan,
+        math.nan, NO_SUMS, math.nan,
     )  # fmt: skip
     saved = te._Q_LOG, te._ent_g
     try:
@@ -824,7 +827,7 @@ def test_capped_root_forms_agree(seed):
         te._ent_g = te._ent_g.py_func
         t_h, S_h, st_h, _ = te._ent_root_capped.py_func(
             bs, 1, kf, alpha, A, math.nan, *(np.empty(n) for _ in range(3)), near, False,
-            math.nan, math.nan,
+            math.nan, NO_SUMS, math.nan,
         )  # fmt: skip
     finally:
         te._Q_LOG, te._ent_g = saved

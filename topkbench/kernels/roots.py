@@ -152,9 +152,13 @@ def _entropic_root(b, alpha, vals, ex, near, t_start):
     ``S'' = sum V/(1+V)^3`` are free once V is known) inside the bracket of the module
     docstring, with bisection as the safeguard.  It stops when the residual is at rounding
     level, ``|h| <= 4 (m+1) eps alpha`` or its image under the log form (a test on the step
-    size alone can stall under rounding).  On return ``vals[j] = V(b_j - t)`` and ``ex[j] = e^{b_j -
-    t_ref}`` (the last anchor, see below; the top-k entropic prox reuses them).  Returns ``(t,
-    status, t_ref)``.  Scratch: ``ex`` (float) and ``near`` (int), length >= len(b).
+    size alone can stall under rounding).  On return ``vals[j] = V(b_j - t)`` and ``ex[j] =
+    e^{b_j - t_ref}`` (the last anchor, see below; the top-k entropic prox reuses them).
+    Returns ``(t, status, t_ref, sums)`` with ``sums = (S, -S', S'')`` at t (the prox's
+    consistency test and first capped candidate use them instead of another pass; after the
+    early exit S comes by Taylor's formula from the last evaluation, within ``D1 |delta|^3 /
+    6``; S' and S'', which only steer steps, to first order and as evaluated).  Scratch:
+    ``ex`` (float) and ``near`` (int), length >= len(b).
 
     Cost (an SDCA update of lr_multi / topk_ent solves this once, ~3 Halley steps from the
     example's previous root): most arguments ``b_j - t`` lie below ``SERIES_T_MAX`` (mostly in
@@ -222,7 +226,7 @@ def _entropic_root(b, alpha, vals, ex, near, t_start):
         g, g1, g2, done, r = _softmax_g(alpha, t, hs, d1, d2, tol)
         if not rough:  # (a rough g may have the wrong sign near the root)
             if done:
-                return t, STATUS_OK, t_ref
+                return t, STATUS_OK, t_ref, (hs, d1, d2)
             if g < 0.0:
                 lo = t
             else:
@@ -249,9 +253,10 @@ def _entropic_root(b, alpha, vals, ex, near, t_start):
             # level, where the residual's floor ~ ulp(t) |g'| can stay above the tolerance
             # when |t| is large.
             _v_taylor(vals, mb, delta)
-            return t_new, STATUS_OK, t_ref
+            sums = (hs - delta * (d1 - 0.5 * delta * d2), d1 - delta * d2, d2)
+            return t_new, STATUS_OK, t_ref, sums
         t = t_new
-    return t, STATUS_ROOT_NOT_CONVERGED, t_ref
+    return t, STATUS_ROOT_NOT_CONVERGED, t_ref, _v_sums(vals, mb)
 
 
 @njit(cache=True)

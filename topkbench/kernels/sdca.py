@@ -322,12 +322,13 @@ def _b_full(y, s, a, kii, work):
 
 
 @njit(cache=True, error_model="numpy")
-def _entropic_out(y, C, x, out):
-    """``out = -C x`` except ``out[y] = C <1, x>`` (x over all m slots, ``x_y = 0``)."""
+def _entropic_out(y, C, x, sx, out):
+    """``out = -C x`` except ``out[y] = C sx`` with ``sx = <1, x>`` (x over all m slots, ``x_y
+    = 0``)."""
     m = out.shape[0]
     for j in range(m):
         out[j] = -C * x[j]
-    out[y] = C * vsum(x, m)
+    out[y] = C * sx
 
 
 @njit(cache=True)
@@ -344,15 +345,15 @@ def _entropic_block(loss, y, s, a, kii, C, k, out, work, vals, srt, idx, extra, 
     kk = 1 if loss == LOSS_LR_MULTI else k
     if kk == 1 or kk < m - 1:
         b = _b_full(y, s, a, kii, work)
-        t0, status = topk_ent_prox(
+        t0, status, sx = topk_ent_prox(
             b, C * kii, kk, b, vals, srt, idx, extra[0], extra[1], extra[2], troots[i]
         )  # fmt: skip
         troots[i] = t0
         # the prox keeps <1, x> <= 1 (it rescales rounding excess itself)
-        _entropic_out(y, C, b, out)
+        _entropic_out(y, C, b, sx, out)
         return status
     b = _b_vector(y, s, a, kii, work)
-    t0, status = topk_ent_prox(
+    t0, status, sx = topk_ent_prox(
         b, C * kii, kk, b, vals, srt, idx, extra[0], extra[1], extra[2], troots[i]
     )  # fmt: skip
     troots[i] = t0
@@ -361,7 +362,7 @@ def _entropic_block(loss, y, s, a, kii, C, k, out, work, vals, srt, idx, extra, 
         if j != y:
             out[j] = -C * b[p]
             p += 1
-    out[y] = C * vsum(b, m - 1)
+    out[y] = C * sx
     return status
 
 

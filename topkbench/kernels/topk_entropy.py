@@ -352,7 +352,9 @@ def _ent_g(u, kf, alpha, A, t, S, D1, D2, tol):
 
 
 @njit(cache=True)
-def _ent_root_capped(bs, u, kf, alpha, A, t_guess, ex, tmp, vals, near, at_guess, v_top, t_ref):
+def _ent_root_capped(
+    bs, u, kf, alpha, A, t_guess, ex, tmp, vals, near, at_guess, v_top, sums, t_ref
+):
     """Root of h for ``u >= 1`` (bracketed, safeguarded Halley on the increasing G of
     :func:`_ent_g`: F where it is well conditioned, else ``-log((h + alpha) / alpha)``).
 
@@ -363,9 +365,11 @@ def _ent_root_capped(bs, u, kf, alpha, A, t_guess, ex, tmp, vals, near, at_guess
     (the u = 0 root's exponentials, permuted with bs: no exp pass for the first candidate;
     capped update 2.34 -> 2.24 us).  With ``at_guess``, ``vals[:n]`` holds ``V(b_j -
     t_guess)`` for all n entries (any order: the u = 0 root's values) and the first
-    evaluation takes M's sums from them (all minus the u largest) instead of recomputing them;
-    ``v_top`` (NaN: unknown) is then ``V(bs_0 - t_guess)``, the largest of them, which saves
-    its evaluation for ``u = 1``.
+    evaluation takes M's sums from them (all minus the u largest) instead of recomputing them:
+    ``sums`` are the sums over all n entries at ``t_guess`` (as :func:`_m_sums` returns them;
+    the u = 0 root's, :func:`~topkbench.kernels.roots._entropic_root`) and ``v_top`` (NaN:
+    unknown) is ``V(bs_0 - t_guess)``, the largest value, which saves its evaluation for ``u =
+    1``.
 
     The lower end of the bracket has ``S >= alpha (1 - rho)`` (module docstring), so F is
     ``-inf`` there and G < 0 in both forms.  Halley's step on H (the h form) took three
@@ -393,7 +397,7 @@ def _ent_root_capped(bs, u, kf, alpha, A, t_guess, ex, tmp, vals, near, at_guess
     S0 = D10 = D20 = 0.0
     if t > lo and t < math.inf:
         if at_guess:
-            S0, D10, D20 = _v_sums(vals, n)
+            S0, D10, D20 = sums
             for j in range(u):
                 v = v_top if j == 0 and v_top == v_top else lambertw_exp(bs[j] - t)
                 inv = 1.0 / (1.0 + v)
@@ -471,9 +475,11 @@ def _sums_at(bs, u, t, ex, tmp, vals, t_ref, near, n_near, t_s, S0, D10, D20):
 
 
 @njit(cache=True)
-def _capped_candidate(bs, u, kf, alpha, head, t_guess, ex, tmp, vals, near, at_guess, v_top, t_ref):
+def _capped_candidate(
+    bs, u, kf, alpha, head, t_guess, ex, tmp, vals, near, at_guess, v_top, sums, t_ref
+):
     """Root and cap violations for ``|U| = u`` (``bs[:u+1]`` sorted, ``head`` = sum of its u
-    largest; ``at_guess``, ``v_top`` as in :func:`_ent_root_capped`).
+    largest; ``at_guess``, ``v_top``, ``sums`` as in :func:`_ent_root_capped`).
 
     Returns ``(t, alpha s, over, under, status, t_ref)`` (``t_ref`` the anchor of ``ex``, as in
     :func:`_ent_root_capped`): ``over`` is the relative excess of the first uncapped
@@ -485,7 +491,7 @@ def _capped_candidate(bs, u, kf, alpha, head, t_guess, ex, tmp, vals, near, at_g
     """
     om = 1.0 - u / kf
     t, S, st, t_ref = _ent_root_capped(
-        bs, u, kf, alpha, head / kf, t_guess, ex, tmp, vals, near, at_guess, v_top, t_ref
+        bs, u, kf, alpha, head / kf, t_guess, ex, tmp, vals, near, at_guess, v_top, sums, t_ref
     )  # fmt: skip
     s_alpha = S / om  # alpha s
     cap = s_alpha / kf  # alpha s / k
@@ -507,11 +513,11 @@ def topk_ent_prox(b, alpha, k, out, vals, srt, near, ex, tmp, pos, t_start):
 
     ``vals``, ``srt``, ``ex``, ``tmp``, ``pos`` (float) and ``near`` (int) are scratch arrays
     (length >= n; ``pos`` >= min(n, _LAZY_MAX + 1)); ``t_start`` warm-starts the ``u = 0``
-    root (NaN for none).  Returns ``(t0, status)`` where ``t0`` is
-    the ``u = 0`` root (to be kept as the next warm start) or NaN.  When ``1 - s`` is below
-    rounding level (huge b) the computed ``sum x`` can exceed 1 by a few ulps; ``x`` is then
-    scaled onto ``sum x = 1`` (which keeps every cap ``x_j <= s/k``), so the result is always
-    in the domain.
+    root (NaN for none).  Returns ``(t0, status, s)`` where ``t0`` is the ``u = 0`` root (to
+    be kept as the next warm start) or NaN, and ``s = sum x`` (the SDCA block needs it).  When
+    ``1 - s`` is below rounding level (huge b) the computed ``sum x`` can exceed 1 by a few
+    ulps; ``x`` is then scaled onto ``sum x = 1`` (which keeps every cap ``x_j <= s/k``), so
+    the result is always in the domain.
     """
     t0, status = _topk_ent_prox_raw(b, alpha, k, out, vals, srt, near, ex, tmp, pos, t_start)
     n = b.shape[0]
@@ -519,7 +525,8 @@ def topk_ent_prox(b, alpha, k, out, vals, srt, near, ex, tmp, pos, t_start):
     if total > 1.0:
         for j in range(n):
             out[j] /= total
-    return t0, status
+        total = vsum(out, n)
+    return t0, status, total
 
 
 @njit(cache=True)
@@ -533,12 +540,12 @@ def _topk_ent_prox_raw(b, alpha, k, out, vals, srt, near, ex, tmp, pos, t_start)
         for j in range(n):
             out[j] = math.exp(min(b[j] - t, log_cap))
         return math.nan, STATUS_OK
-    t0, status, t_ref0 = _entropic_root(b, alpha, vals, srt, near, t_start)
+    t0, status, t_ref0, sums0 = _entropic_root(b, alpha, vals, srt, near, t_start)
     consistent = k == 1
     v_top = math.nan  # V(max_j b_j - t0), the largest of the root's values
     if not consistent:
         v_top = vmax(vals, n)
-        consistent = kf * max(0.0, v_top) <= vsum(vals, n) * (1.0 + _CONSISTENCY_TOL)
+        consistent = kf * max(0.0, v_top) <= sums0[0] * (1.0 + _CONSISTENCY_TOL)
     if consistent:
         for j in range(n):
             out[j] = vals[j] / alpha
@@ -601,7 +608,7 @@ def _topk_ent_prox_raw(b, alpha, k, out, vals, srt, near, ex, tmp, pos, t_start)
         # the first candidate starts at the u = 0 root, where vals holds every V(b_j - t0)
         t_ref = anchor if u >= anchor_lo else math.nan
         t, s_alpha, over, under, st, t_new_ref = _capped_candidate(
-            bs, u, kf, alpha, head, t, exb, ex, vals, near, n_tried == 0, v_top, t_ref
+            bs, u, kf, alpha, head, t, exb, ex, vals, near, n_tried == 0, v_top, sums0, t_ref
         )  # fmt: skip
         if not (t_new_ref == t_ref):  # re-anchored at t_new_ref over positions >= u
             anchor = t_new_ref
