@@ -38,11 +38,13 @@ are tried in order and the consistent one is optimal (strict convexity). ``u = k
 has ``x = (s/k) 1`` and ``s = sigmoid(w)`` with ``w + alpha (1 + 1/k) sigmoid(w) - B/k - log k =
 0``, the logistic dual equation. As ``alpha -> 0`` the prox becomes the maximizer of Prop. 17
 with ``a = b``, which is used below ``alpha = 1e-16`` (see ``ALPHA_TINY``; this also covers
-zero-norm examples, DESIGN §4.3). For the capped candidates the iteration runs on ``log(h(t) +
-alpha) - log(alpha)``, which is nearly linear in t where V behaves like exp (small alpha) and
-keeps the bracket otherwise; plain Newton on h moves by about one unit of t per step there. The
-candidates are not tried in order but located by the sign of the cap violation, galloping up
-from ``u = 1`` and then bisecting (:func:`_topk_ent_prox_raw`).
+zero-norm examples, DESIGN §4.3). For the capped candidates the iteration runs on the same
+equation in the log domain, ``F(t) = V^{-1}(alpha (1 - s)) - g(t) = 0`` (:func:`_ent_f`: no
+Lambert W per evaluation), or, where ``1 - s < 1e-3`` makes ``alpha (1 - s) = alpha - S / (1 -
+rho)`` cancel, on ``log(h(t) + alpha) - log(alpha)``, which is nearly linear in t where V
+behaves like exp (small alpha); plain Newton on h moves by about one unit of t per step there.
+The candidates are not tried in order but located by the sign of the cap violation, galloping
+up from ``u = 1`` and then bisecting (:func:`_topk_ent_prox_raw`).
 """
 
 from __future__ import annotations
