@@ -373,8 +373,8 @@ def _ent_root_capped(
     unknown) is ``V(bs_0 - t_guess)``, the largest value, which saves its evaluation for ``u =
     1``.
 
-    The lower end of the bracket has ``S >= alpha (1 - rho)`` (module docstring), so F is
-    ``-inf`` there and G < 0 in both forms.  Halley's step on H (the h form) took three
+    The lower end of the bracket has ``S >= alpha (1 - rho)`` (module docstring), so ``Q <=
+    0`` there: G is the h form's, and negative.  Halley's step on H (the h form) took three
     evaluations from the u = 0 root where Newton on h took four on bench sdca's problem; on F
     it takes three as well, each with a shorter scalar chain.  An evaluation within
     ``_SUMS_TAYLOR = 1e-5`` of the last full one takes the sums by Taylor's formula, ``S(t +
