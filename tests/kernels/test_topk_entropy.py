@@ -668,9 +668,33 @@ def _sums(bs, u, t):
 
     n = bs.shape[0]
     scratch = [np.empty(n) for _ in range(3)]
-    near = np.arange(n, dtype=np.int64)  # every entry listed: exact wherever t is
-    S, D1, D2, _ = _m_sums(bs, u, t, *scratch, math.nan, near[u:], n - u)
+    S, D1, D2, _ = _m_sums(bs, u, t, *scratch, math.nan)
     return S, D1, D2
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("u", [1, 2])
+def test_m_values_closed_form_where_the_series_stops(seed, u):
+    """``_m_values`` gives V over M = bs[u:] (the series, then the closed form where ``bs_j - t
+    >= SERIES_T_MAX``) to the rounding of its arguments, at points t where no entry of M, only
+    its largest, or several of them are past the series range (it scans only when the largest,
+    ``bs[u]``, is; the later entries are unordered)."""
+    from topkbench.kernels.lambertw import SERIES_T_MAX
+    from topkbench.kernels.topk_entropy import _m_values
+
+    bs, _, _, _ = _capped_setup(seed, u)
+    n = bs.shape[0]
+    rest = np.sort(bs[u + 1 :])[::-1]
+    past = 0
+    for t in (float(bs[u]) - SERIES_T_MAX + 0.5, float(bs[u]) - 2.0, float(rest[3]) + 2.0):
+        ex = np.exp(bs - (t + 1.0))  # anchored at t + 1
+        vals = np.full(n, np.nan)
+        _m_values(bs, u, t, t + 1.0, ex, vals)
+        ref = np.array([V_reference(a) for a in bs[u:] - t])
+        # the arguments bs_j - t (|.| up to ~30) are rounded: e^{.} carries ~|a| eps of that
+        np.testing.assert_allclose(vals[u:], ref, rtol=64 * EPS, atol=0.0)
+        past = max(past, int(np.sum(bs[u:] - t >= SERIES_T_MAX)))
+    assert past >= 4, past  # the last point has entries past the range beyond the largest
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -705,11 +729,10 @@ def test_capped_sums_by_taylor_within_rounding():
     for seed in range(5):
         bs, kf, alpha, A = _capped_setup(seed, 1)
         n = bs.shape[0]
-        near = np.arange(n, dtype=np.int64)
         t0 = float(bs[1]) - 3.5
         S0, D10, D20 = _sums(bs, 1, t0)
         for d in (0.9 * _SUMS_TAYLOR, -0.9 * _SUMS_TAYLOR, 3e-6, 2 * _SUMS_TAYLOR):
-            args = (bs, 1, t0 + d, np.empty(n), np.empty(n), np.empty(n), math.nan, near[1:], n - 1)
+            args = (bs, 1, t0 + d, np.empty(n), np.empty(n), np.empty(n), math.nan)
             S, D1, _, _, t_s, *_ = _sums_at(*args, t0, S0, D10, D20)
             S_full, D1_full, _ = _sums(bs, 1, t0 + d)
             assert abs(S - S_full) <= 8 * EPS * (S_full + alpha), (seed, d)
@@ -739,7 +762,7 @@ def test_capped_first_evaluation_from_the_root_values(seed):
                 continue
             run = _ent_root_capped(
                 bs, u, kf, alpha, A, t0, np.empty(n), np.empty(n), vals.copy(),
-                np.empty(n, np.int64), at_guess, v_top, sums, math.nan,
+                at_guess, v_top, sums, math.nan,
             )  # fmt: skip
             runs.append(run)
         t2, S2, st2, _ = runs[-1]
@@ -787,7 +810,7 @@ def test_capped_f_derivatives_and_sign(seed, u):
     n = bs.shape[0]
     t_root, _, status, _ = te._ent_root_capped(
         bs, u, kf, alpha, A, math.nan, *(np.empty(n) for _ in range(3)),
-        np.arange(n, dtype=np.int64), False, math.nan, NO_SUMS, math.nan,
+        False, math.nan, NO_SUMS, math.nan,
     )  # fmt: skip
     assert status == STATUS_OK
     checked = 0
@@ -816,9 +839,8 @@ def test_capped_root_forms_agree(seed):
 
     bs, kf, alpha, A = _capped_setup(seed, 1, n=99)
     n = bs.shape[0]
-    near = np.arange(n, dtype=np.int64)
     t_f, S_f, st_f, _ = te._ent_root_capped.py_func(
-        bs, 1, kf, alpha, A, math.nan, *(np.empty(n) for _ in range(3)), near, False,
+        bs, 1, kf, alpha, A, math.nan, *(np.empty(n) for _ in range(3)), False,
         math.nan, NO_SUMS, math.nan,
     )  # fmt: skip
     saved = te._Q_LOG, te._ent_g
@@ -826,7 +848,7 @@ def test_capped_root_forms_agree(seed):
         te._Q_LOG = 2.0  # Q > 2 alpha never holds: every evaluation takes the h form
         te._ent_g = te._ent_g.py_func
         t_h, S_h, st_h, _ = te._ent_root_capped.py_func(
-            bs, 1, kf, alpha, A, math.nan, *(np.empty(n) for _ in range(3)), near, False,
+            bs, 1, kf, alpha, A, math.nan, *(np.empty(n) for _ in range(3)), False,
             math.nan, NO_SUMS, math.nan,
         )  # fmt: skip
     finally:
