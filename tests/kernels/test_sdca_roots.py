@@ -40,8 +40,9 @@ def kernel_prox(b, alpha):
     b = np.ascontiguousarray(b, dtype=np.float64)
     vals = np.empty_like(b)
     t, status, _, _ = _entropic_root(
-        b, float(alpha), vals, np.empty_like(b), np.empty(b.shape[0], dtype=np.int64), math.nan
-    )
+        b, float(alpha), vals, np.empty_like(b), np.empty(b.shape[0], dtype=np.int64), math.nan,
+        0.0,
+    )  # fmt: skip
     return t, status, vals / alpha
 
 
@@ -166,11 +167,11 @@ def test_entropic_root_from_a_warm_start(offset):
         n = b.shape[0]
         vals0 = np.empty(n)
         t0, st0, _, _ = _entropic_root(
-            b, alpha, vals0, np.empty(n), np.empty(n, np.int64), math.nan
+            b, alpha, vals0, np.empty(n), np.empty(n, np.int64), math.nan, 0.0
         )
         vals = np.empty(n)
         t, st, _, sums = _entropic_root(
-            b, alpha, vals, np.empty(n), np.empty(n, np.int64), t0 + offset
+            b, alpha, vals, np.empty(n), np.empty(n, np.int64), t0 + offset, 0.0
         )
         assert st0 == st == STATUS_OK
         # |h| <= 4 (n+1) eps alpha at both, and |h'| = sum V/(1+V) >= alpha/(1+alpha) at the

@@ -645,7 +645,7 @@ def test_extract_next_builds_the_sorted_prefix(b, data):
     np.testing.assert_array_equal(bs, b)
 
 
-NO_SUMS = (math.nan, math.nan, math.nan)  # _ent_root_capped's sums when at_guess is False
+NO_SUMS = (math.nan, math.nan, math.nan)  # _ent_root_capped's sums with GUESS_NONE
 
 
 def _capped_setup(seed, u, n=40, k=5):
@@ -744,20 +744,30 @@ def test_capped_sums_by_taylor_within_rounding():
 def test_capped_first_evaluation_from_the_root_values(seed):
     """The first capped candidate starts at the u = 0 root and takes M's sums from the root's
     values (all entries minus the u largest, ``at_guess``): same root and s as evaluating M
-    in full."""
+    in full, and as aiming one step from those sums (a capped hint's ``GUESS_ROUGH``)."""
     from topkbench.kernels.roots import _entropic_root
-    from topkbench.kernels.topk_entropy import _ent_root_capped
+    from topkbench.kernels.topk_entropy import (
+        GUESS_EXACT,
+        GUESS_NONE,
+        GUESS_ROUGH,
+        _ent_root_capped,
+    )
 
     for u in (1, 2):
         bs, kf, alpha, A = _capped_setup(seed, u, n=99)
         n = bs.shape[0]
         vals, ex, near = np.empty(n), np.empty(n), np.empty(n, np.int64)
-        t0, status, _, sums = _entropic_root(bs.copy(), alpha, vals, ex, near, math.nan)
+        t0, status, _, sums = _entropic_root(bs.copy(), alpha, vals, ex, near, math.nan, 0.0)
         assert status == STATUS_OK
         runs = []
         # the first evaluation from the root's values, with V of the largest entry recomputed
-        # or (u = 1) given as the largest value (v_top), and from M's own sums
-        for at_guess, v_top in ((True, math.nan), (True, float(vals.max())), (False, math.nan)):
+        # or (u = 1) given as the largest value (v_top), a step aimed from them, and M's sums
+        for at_guess, v_top in (
+            (GUESS_EXACT, math.nan),
+            (GUESS_EXACT, float(vals.max())),
+            (GUESS_ROUGH, math.nan),
+            (GUESS_NONE, math.nan),
+        ):
             if u > 1 and v_top == v_top:
                 continue
             run = _ent_root_capped(
@@ -810,7 +820,7 @@ def test_capped_f_derivatives_and_sign(seed, u):
     n = bs.shape[0]
     t_root, _, status, _ = te._ent_root_capped(
         bs, u, kf, alpha, A, math.nan, *(np.empty(n) for _ in range(3)),
-        False, math.nan, NO_SUMS, math.nan,
+        0, math.nan, NO_SUMS, math.nan,
     )  # fmt: skip
     assert status == STATUS_OK
     checked = 0
@@ -840,7 +850,7 @@ def test_capped_root_forms_agree(seed):
     bs, kf, alpha, A = _capped_setup(seed, 1, n=99)
     n = bs.shape[0]
     t_f, S_f, st_f, _ = te._ent_root_capped.py_func(
-        bs, 1, kf, alpha, A, math.nan, *(np.empty(n) for _ in range(3)), False,
+        bs, 1, kf, alpha, A, math.nan, *(np.empty(n) for _ in range(3)), 0,
         math.nan, NO_SUMS, math.nan,
     )  # fmt: skip
     saved = te._Q_LOG, te._ent_g
@@ -848,7 +858,7 @@ def test_capped_root_forms_agree(seed):
         te._Q_LOG = 2.0  # Q > 2 alpha never holds: every evaluation takes the h form
         te._ent_g = te._ent_g.py_func
         t_h, S_h, st_h, _ = te._ent_root_capped.py_func(
-            bs, 1, kf, alpha, A, math.nan, *(np.empty(n) for _ in range(3)), False,
+            bs, 1, kf, alpha, A, math.nan, *(np.empty(n) for _ in range(3)), 0,
             math.nan, NO_SUMS, math.nan,
         )  # fmt: skip
     finally:
@@ -856,3 +866,93 @@ def test_capped_root_forms_agree(seed):
     assert st_f == st_h == STATUS_OK
     assert abs(t_f - t_h) <= 1e-11 * (1.0 + abs(t_h)), (t_f, t_h)
     assert abs(S_f - S_h) <= 1e-11 * (S_h + alpha)
+
+
+def prox_warm(b, alpha, k, t_start):
+    """``topk_ent_prox`` with a warm start: ``(x, t_keep, status)``."""
+    b = np.ascontiguousarray(b, dtype=np.float64)
+    n = b.shape[0]
+    out = np.empty(n)
+    scratch = [np.empty(n) for _ in range(5)]
+    t_keep, status, _ = topk_ent_prox(
+        b, alpha, k, out, scratch[0], scratch[1], np.empty(n, dtype=np.int64), scratch[2],
+        scratch[3], scratch[4], t_start,
+    )  # fmt: skip
+    return out, t_keep, status
+
+
+def _hint_status(b, alpha, k, t_start):
+    """Whether the u = 0 root stops at t_start with a capped hint."""
+    from topkbench.kernels.roots import STATUS_CAPPED_HINT, _entropic_root
+
+    n = b.shape[0]
+    _, status, _, _ = _entropic_root(
+        b.copy(), alpha, np.empty(n), np.empty(n), np.empty(n, np.int64), t_start, float(k)
+    )
+    return status == STATUS_CAPPED_HINT
+
+
+def _sdca_like(rng, n=100, k=5):
+    """A prox input shaped like bench sdca's (one -inf slot for the label, a few entries
+    standing out), with alpha in [10, 1000] and a capped solution about half of the time."""
+    alpha = float(10.0 ** rng.uniform(1, 3))
+    b = rng.normal(-9.0, 1.5, n)
+    n_dom = int(rng.integers(1, 4))
+    b[:n_dom] += rng.uniform(0.0, 1.0, n_dom) * (4.0 + math.log(alpha))
+    b = b[rng.permutation(n)]
+    b[int(rng.integers(n))] = -np.inf
+    return b, alpha, k
+
+
+def test_prox_capped_hint_from_the_kept_warm_start():
+    """A capped solution's t, kept as the warm start (as the SDCA epochs do), makes the next
+    call on a perturbed input start its capped candidates there (the hint; asserted to occur,
+    also from below the u = 0 root's bracket): the result is the cold call's, to the
+    candidates' tolerance, and passes the KKT and duality-gap checks."""
+    rng = np.random.default_rng(11)
+    hinted = below = 0
+    for _ in range(150):
+        b, alpha, k = _sdca_like(rng)
+        x0, t_keep, status = prox_warm(b, alpha, k, math.nan)
+        assert status == STATUS_OK
+        if not capped_mask(x0[np.isfinite(b)], k).any():
+            continue
+        b2 = b + rng.normal(0.0, 0.05, b.shape[0])  # the next epoch's input
+        x_cold, _, _ = prox_warm(b2, alpha, k, math.nan)
+        x_warm, t2, status = prox_warm(b2, alpha, k, t_keep)
+        assert status == STATUS_OK
+        if _hint_status(b2, alpha, k, t_keep):
+            hinted += 1
+            big = max(alpha, float(np.max(b2)))
+            below += t_keep <= big - alpha - math.log(alpha)
+        np.testing.assert_allclose(x_warm, x_cold, rtol=1e-9, atol=1e-15)
+        fin = np.isfinite(b2)
+        assert_prox_kkt(b2[fin], alpha, k, x_warm[fin])
+        gap, tol = prox_duality_gap(b2[fin], alpha, k, x_warm[fin])
+        assert gap <= tol, (gap, tol)
+        assert math.isfinite(t2)
+    assert hinted >= 20, hinted
+    assert below >= 5, below
+
+
+def test_prox_capped_hint_falls_back_to_the_root():
+    """A hint whose candidates find no consistent set (the warm start suggests a cap, the
+    solution has none) falls back to the u = 0 root: same result as the cold call.  Warm
+    starts far above the root make the largest entry dominate; asserted to occur."""
+    rng = np.random.default_rng(12)
+    fallbacks = 0
+    for _ in range(800):
+        b, alpha, k = _sdca_like(rng)
+        x0, t0, _ = prox_warm(b, alpha, k, math.nan)
+        if capped_mask(x0[np.isfinite(b)], k).any():
+            continue
+        t_start = t0 + float(rng.uniform(0.5, 10.0))
+        x_warm, t_keep, status = prox_warm(b, alpha, k, t_start)
+        if not _hint_status(b, alpha, k, t_start):
+            continue
+        fallbacks += 1
+        assert status == STATUS_OK
+        # both roots are within h's tolerance 4 (n+1) eps alpha (alpha up to 1e3)
+        np.testing.assert_allclose(x_warm, x0, rtol=1e-9, atol=1e-15)
+        assert abs(t_keep - t0) <= 1e-10 * (1 + abs(t0))
+    assert fallbacks >= 10, fallbacks

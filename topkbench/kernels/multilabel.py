@@ -190,7 +190,7 @@ def update_block_ml(loss, labels, s, a, kii, C, gamma, out, work, vals, idx, tro
                 work[p] = (s[j] - kii * a[j]) - q0 + shift - alpha * inv_k + alpha
                 p += 1
         # out is free until the block is written below
-        t0, status, _, _ = _entropic_root(work[: m - 1], alpha, vals, out, idx, troots[i])
+        t0, status, _, _ = _entropic_root(work[: m - 1], alpha, vals, out, idx, troots[i], 0.0)
         troots[i] = t0
         from_root = vals[: m - 1]
         v0 = lambertw_exp(alpha - t0)

@@ -21,6 +21,9 @@ from topkbench.kernels.vecmath import exp_shifted, vmax
 
 STATUS_OK = 0
 STATUS_ROOT_NOT_CONVERGED = 1
+# _entropic_root with k_hint: stopped after its first (rough) evaluation, whose values put the
+# largest entry above the top-k cap (internal to the top-k entropic prox, never returned by it)
+STATUS_CAPPED_HINT = 2
 NEWTON_MAX_ITER = 100
 _EPS = 2.220446049250313e-16
 _TAYLOR_SPAN = 1e-3  # _entropic_root: steps this short move V by _v_step
@@ -144,7 +147,7 @@ def _softmax_g(alpha, t, hs, d1, d2, tol):
 
 
 @njit(cache=True, error_model="numpy")
-def _entropic_root(b, alpha, vals, ex, near, t_start):
+def _entropic_root(b, alpha, vals, ex, near, t_start, k_hint):
     """Root ``t`` of ``h(t) = V(alpha - t) + sum_j V(b_j - t) - alpha = 0`` (TPAMI eq. (14)).
 
     Halley's method on the increasing g of :func:`_softmax_g` (the log form ``t - S + log(alpha
@@ -167,10 +170,22 @@ def _entropic_root(b, alpha, vals, ex, near, t_start):
     t_ref| > _ANCHOR_SPAN``; every ``ex_j`` used then has ``b_j - t_ref < SERIES_T_MAX +
     _ANCHOR_SPAN``, far inside the clamp of :func:`~topkbench.kernels.vecmath.exp_shifted`).
     The few entries that can leave the series range inside the bracket (``b_j >= lo +
-    SERIES_T_MAX``: t stays above the initial ``lo``) are listed once in ``near`` and get the
-    closed form; everything else runs as branch-free loops that LLVM vectorizes (the
-    exponentials, the series and the three sums), with ``error_model="numpy"`` so that
-    divisions carry no zero check.
+    SERIES_T_MAX``: t stays above the initial ``lo``, or above a capped hint's ``t_start``
+    below it, see below) are listed once in ``near`` and get the closed form; everything else
+    runs as branch-free loops that LLVM vectorizes (the exponentials, the series and the three
+    sums), with ``error_model="numpy"`` so that divisions carry no zero check.
+
+    ``k_hint > 1`` (the top-k entropic prox with ``k = k_hint``; 0 turns it off): after the
+    first evaluation from a warm start, if its values put the largest entry above the top-k
+    cap, ``(k - 1) V_max > S - V_max`` (the prox's test for a capped solution, there at the
+    root), the iteration stops with ``STATUS_CAPPED_HINT``: t is ``t_start``, ``ex`` holds
+    ``e^{b_j - t_start}`` (``t_ref = t_start``), ``vals`` the rough values and the sums are
+    theirs.  The prox then looks for its capped solution from there
+    (:func:`~topkbench.kernels.topk_entropy.topk_ent_prox`) and comes back for the root only
+    if it finds none.  The warm start the prox keeps for a capped solution is that solution's
+    t, which can lie below this root's bracket (the u = 0 root is then far, and unneeded): a
+    ``t_start`` up to ``_ANCHOR_SPAN`` below ``lo`` is evaluated all the same when
+    ``k_hint > 1`` (from where the step, if no hint, is clipped into the bracket).
     """
     mb = b.shape[0]
     bmax = vmax(b, mb)
@@ -182,17 +197,21 @@ def _entropic_root(b, alpha, vals, ex, near, t_start):
     slack = 8.0 * 2.220446049250313e-16 * (abs(big) + alpha + abs(la) + math.log(nterms))
     lo = big - alpha - la - slack
     hi = big - alpha / nterms - (la - math.log(nterms)) + slack
+    # a capped hint's warm start (the top-k prox keeps the capped solution's t, which can lie
+    # below the u = 0 root's bracket) is evaluated there all the same: its values decide
+    hint_below = k_hint > 1.0 and lo - _ANCHOR_SPAN < t_start <= lo
+    t_low = t_start if hint_below else lo  # no evaluation below it
     n_near = 0
-    if bmax - lo >= SERIES_T_MAX:
+    if bmax - t_low >= SERIES_T_MAX:
         for j in range(mb):
-            if b[j] - lo >= SERIES_T_MAX:
+            if b[j] - t_low >= SERIES_T_MAX:
                 near[n_near] = j
                 n_near += 1
     # start from the root of this example's previous update when there is one (it moves
     # little between epochs), else from the softmax solution (exact as alpha -> 0)
     t = t_start
     t_ref = math.nan
-    if not (lo < t < hi):
+    if not (lo < t < hi or hint_below):
         exp_shifted(b, mx, mb, ex, vals)
         # these exponentials are anchored at mx >= max b: the first evaluation reuses them
         # when t lands within _ANCHOR_SPAN of mx (a cold start then costs one exp pass)
@@ -201,7 +220,7 @@ def _entropic_root(b, alpha, vals, ex, near, t_start):
         for j in range(mb):
             acc += ex[j]
         t = mx + math.log(acc) - la
-    if not (lo < t < hi):
+    if not (lo < t < hi or hint_below):
         t = 0.5 * (lo + hi)
     tol = 4.0 * nterms * 2.220446049250313e-16 * alpha
     cut = math.exp(SERIES_T_MAX)
@@ -209,7 +228,7 @@ def _entropic_root(b, alpha, vals, ex, near, t_start):
     # the first evaluation (from the previous root) takes the rough series (~1.3e-10,
     # lambertw_series_rough): it only aims the first step, which is never the last one (its
     # values are not reused: the next evaluation is exact, without Taylor's shortcut)
-    rough = lo < t_start < hi
+    rough = lo < t_start < hi or hint_below
     for _it in range(NEWTON_MAX_ITER):
         shift = t - t_vals
         if abs(shift) <= _TAYLOR_SPAN:
@@ -223,6 +242,10 @@ def _entropic_root(b, alpha, vals, ex, near, t_start):
             _v_values(b, t, t_ref, ex, vals, near, n_near, cut, rough)
         t_vals = math.nan if rough else t
         hs, d1, d2 = _v_sums(vals, mb)
+        if rough and k_hint > 1.0:
+            v_max = vmax(vals, mb)
+            if (k_hint - 1.0) * v_max > hs - v_max:
+                return t, STATUS_CAPPED_HINT, t_ref, (hs, d1, d2)
         g, g1, g2, done, r = _softmax_g(alpha, t, hs, d1, d2, tol)
         if not rough:  # (a rough g may have the wrong sign near the root)
             if done:
