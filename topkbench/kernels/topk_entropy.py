@@ -31,20 +31,25 @@ decreasing in t, and ``g`` is decreasing (``-(1-rho) t`` and ``V^{-1}(alpha s/k)
 decreasing), so h is strictly decreasing: one root, found by Halley's method with a bisection
 safeguard inside a bracket. Lower end: at the root ``V(b_j - t) <= alpha (1-rho)`` on M, so ``t
 >= max_M b_j - V^{-1}(alpha (1 - rho))``, where ``h >= V(g) > 0``; the upper end is found by
-doubling steps (``h -> -alpha`` as ``t -> inf``). Derivatives: ``S' = -sum_M V/(1+V)``, ``g' =
--(1-rho) + rho (1 + 1/sigma) sigma'`` with ``sigma = alpha s/k = S/(k(1-rho))``, ``h' =
-S'/(1-rho) + V(g)/(1+V(g)) g'`` (h'' in :func:`_ent_h`). The candidates ``u = 0, 1, ..., k-1``
-are tried in order and the consistent one is optimal (strict convexity). ``u = k`` (``n = k``)
-has ``x = (s/k) 1`` and ``s = sigmoid(w)`` with ``w + alpha (1 + 1/k) sigmoid(w) - B/k - log k =
-0``, the logistic dual equation. As ``alpha -> 0`` the prox becomes the maximizer of Prop. 17
-with ``a = b``, which is used below ``alpha = 1e-16`` (see ``ALPHA_TINY``; this also covers
-zero-norm examples, DESIGN §4.3). For the capped candidates the iteration runs on the same
-equation in the log domain, ``F(t) = V^{-1}(alpha (1 - s)) - g(t) = 0`` (:func:`_ent_f`: no
-Lambert W per evaluation), or, where ``1 - s < 1e-3`` makes ``alpha (1 - s) = alpha - S / (1 -
-rho)`` cancel, on ``log(h(t) + alpha) - log(alpha)``, which is nearly linear in t where V
-behaves like exp (small alpha); plain Newton on h moves by about one unit of t per step there.
+stepping right (``h -> -alpha`` as ``t -> inf``; see the end of this docstring). Derivatives:
+``S' = -sum_M V/(1+V)``, ``g' = -(1-rho) + rho (1 + 1/sigma) sigma'`` with ``sigma = alpha s/k =
+S/(k(1-rho))``, ``h' = S'/(1-rho) + V(g)/(1+V(g)) g'`` (h'' in :func:`_ent_h`). The candidates
+``u = 0, 1, ..., k-1`` are tried in order and the consistent one is optimal (strict convexity).
+``u = k`` (``n = k``) has ``x = (s/k) 1`` and ``s = sigmoid(w)`` with ``w + alpha (1 + 1/k)
+sigmoid(w) - B/k - log k = 0``, the logistic dual equation. As ``alpha -> 0`` the prox becomes
+the maximizer of Prop. 17 with ``a = b``, which is used below ``alpha = 1e-16`` (see
+``ALPHA_TINY``; this also covers zero-norm examples, DESIGN §4.3). For the capped candidates the
+iteration runs on the same equation in the log domain, ``F(t) = V^{-1}(alpha (1 - s)) - g(t) =
+0`` (:func:`_ent_f`: no Lambert W per evaluation), or, where ``1 - s < 1e-3`` makes ``alpha (1 -
+s) = alpha - S / (1 - rho)`` cancel, on ``log(h(t) + alpha) - log(alpha)``, which is nearly
+linear in t where V behaves like exp (small alpha); plain Newton on h moves by about one unit of
+t per step there.
 The candidates are not tried in order but located by the sign of the cap violation, galloping
-up from ``u = 1`` and then bisecting (:func:`_topk_ent_prox_raw`).
+up from ``u = 1`` and then bisecting (:func:`_capped_search`).  With a warm start whose first
+(rough) evaluation already puts the largest entry above the cap, the search starts there and
+the ``u = 0`` root runs only if it finds no consistent set (the capped hint,
+:func:`topk_ent_prox`).  Upper ends of the capped brackets: doubling steps when there is no
+guess; from a guess below the root, Halley's steps (which move right) until one lands above.
 """
 
 from __future__ import annotations
@@ -375,13 +380,15 @@ def _ent_root_capped(bs, u, kf, alpha, A, t_guess, ex, tmp, vals, at_guess, v_to
     :func:`_m_sums`'s scratch; ``ex[u:]`` may hold ``e^{bs_j -
     t_ref}`` for the given anchor ``t_ref`` (NaN: none), and holds them for the returned one
     (the u = 0 root's exponentials, permuted with bs: no exp pass for the first candidate;
-    capped update 2.34 -> 2.24 us).  With ``at_guess``, ``vals[:n]`` holds ``V(b_j -
-    t_guess)`` for all n entries (any order: the u = 0 root's values) and the first
-    evaluation takes M's sums from them (all minus the u largest) instead of recomputing them:
-    ``sums`` are the sums over all n entries at ``t_guess`` (as :func:`_m_sums` returns them;
-    the u = 0 root's, :func:`~topkbench.kernels.roots._entropic_root`) and ``v_top`` (NaN:
-    unknown) is ``V(bs_0 - t_guess)``, the largest value, which saves its evaluation for ``u =
-    1``.
+    capped update 2.34 -> 2.24 us).  ``at_guess`` says what is known at ``t_guess``:
+    ``GUESS_NONE`` nothing; ``GUESS_EXACT``: ``sums`` are the sums over all n entries at
+    ``t_guess`` (as :func:`_m_sums` returns them; the u = 0 root's,
+    :func:`~topkbench.kernels.roots._entropic_root`), and the first evaluation takes M's from
+    them (all minus the u largest) instead of a pass, with ``v_top`` (NaN: unknown) ``V(bs_0 -
+    t_guess)``, the largest value, which saves its evaluation for ``u = 1``; ``GUESS_ROUGH``:
+    the same sums from rough values (a capped hint's), which only aim one Halley step, neither
+    bracketing on their sign nor stopping (G from rough sums may have the wrong sign near the
+    root); the iteration then starts at the aimed point.
 
     The lower end of the bracket has ``S >= alpha (1 - rho)`` (module docstring), so ``Q <=
     0`` there: G is the h form's, and negative.  Halley's step on H (the h form) took three
