@@ -591,10 +591,11 @@ def _topk_ent_prox_raw(b, alpha, k, out, vals, srt, near, ex, tmp, pos, t_start)
             b, alpha, k, vals, srt, ex, tmp, pos, t_start, t_ref0, GUESS_ROUGH, math.nan, sums0
         )  # fmt: skip
         if found:
-            return _capped_output(
-                b, alpha, k, out, vals, srt, ex, tmp, pos, True, u, ks, best_t, best_s, status,
-                anchor, anchor_lo, lazy,
+            _capped_output(
+                b, alpha, k, out, vals, srt, ex, tmp, pos, True, u, ks, best_t, best_s, anchor,
+                anchor_lo, lazy,
             )  # fmt: skip
+            return best_t, status
         t0, status, t_ref0, sums0 = _entropic_root(b, alpha, vals, srt, near, t_start, 0.0)
     consistent = k == 1
     v_top = math.nan  # V(max_j b_j - t0), the largest of the root's values
@@ -619,22 +620,23 @@ def _topk_ent_prox_raw(b, alpha, k, out, vals, srt, near, ex, tmp, pos, t_start)
         for j in range(n):
             out[j] = s / kf
         return t0, st
-    t_keep, status = _capped_output(
-        b, alpha, k, out, vals, srt, ex, tmp, pos, found, u, ks, best_t, best_s, status, anchor,
+    _capped_output(
+        b, alpha, k, out, vals, srt, ex, tmp, pos, found, u, ks, best_t, best_s, anchor,
         anchor_lo, lazy,
     )  # fmt: skip
-    return t_keep if found else t0, status
+    return best_t if found else t0, status
 
 
 @njit(cache=True)
 def _capped_search(b, alpha, k, vals, srt, ex, tmp, pos, t_first, t_ref0, guess, v_top, sums0):
     """The search for the consistent capped set U of :func:`_topk_ent_prox_raw`, from
-    ``t_first``: the u = 0 root (``at_root``: ``vals`` then holds its values and ``sums0``,
-    ``v_top`` its sums and largest value, which the first candidate starts from), or the warm
-    start of a capped hint (the candidates evaluate M in full).  ``srt`` holds ``e^{b_j -
-    t_ref0}`` (the root's anchor).  Returns ``(found, u, ks, t, alpha s, status, anchor,
-    anchor_lo, lazy)`` for :func:`_capped_output`; bs is left in ``tmp``.  From a hint it gives
-    up (``found`` False) as soon as the bisection is exhausted: the caller then runs the root.
+    ``t_first``: the u = 0 root (``guess = GUESS_EXACT``: ``sums0`` and ``v_top`` are its sums
+    and largest value, which the first candidate starts from), or the warm start of a capped
+    hint (``GUESS_ROUGH``: ``sums0`` are the rough evaluation's, which aim the first step).
+    ``srt`` holds ``e^{b_j - t_ref0}`` (the root's anchor).  Returns ``(found, u, ks, t,
+    alpha s, status, anchor, anchor_lo, lazy)`` for :func:`_capped_output`; bs is left in
+    ``tmp``.  From a hint it gives up (``found`` False) as soon as the bisection is exhausted:
+    the caller then runs the root.
     """
     n = b.shape[0]
     kf = float(k)
@@ -737,13 +739,12 @@ def _capped_output(
     ks,
     best_t,
     best_s,
-    status,
     anchor,
     anchor_lo,
     lazy,
 ):
-    """x from the capped candidate of :func:`_capped_search` (its results passed on: the
-    consistent one if ``found``, else the least violated).  Returns ``(best_t, status)``."""
+    """x into ``out`` from the capped candidate of :func:`_capped_search` (its results passed
+    on: the consistent one if ``found``, else the least violated)."""
     n = b.shape[0]
     kf = float(k)
     bs = tmp[:n]
@@ -762,7 +763,7 @@ def _capped_output(
             x = out[r]
             out[r] = out[j]
             out[j] = x
-        return best_t, status
+        return
     # x_j = min(V(b_j - t), cap) / alpha: the series (vectorized) for every entry, then the
     # closed form where the argument is at least SERIES_T_MAX (out may be b: every b_j is read
     # before out is written)
@@ -773,7 +774,6 @@ def _capped_output(
         if a >= SERIES_T_MAX:
             vals[j] = lambertw_exp(a)
     _capped_out(vals, cap, alpha, n, out)
-    return best_t, status
 
 
 @njit(cache=True, error_model="numpy")
