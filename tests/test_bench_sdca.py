@@ -117,6 +117,33 @@ def test_bad_parameters_are_refused(kwargs, message):
         bench_sdca(**{"n": 10, "d": 2, "m": 3, **kwargs})
 
 
+@pytest.mark.parametrize(
+    "method, message",
+    [
+        (("topk_ent", 0.0, 3), r"topk_ent k=3: k must be in \[1, 2\]"),
+        (("svm_multi", 0.0, 2), "svm_multi is a top-1 loss and takes no k"),
+        (("lr_multi", 1.0, 1), "lr_multi has no smoothing parameter"),
+        (("topk_svm_alpha", -1.0, 2), r"gamma must be in \[0, inf\)"),
+        (("topk_ent_tr", 0.0, 2), "topk_ent_tr is not an SDCA method"),
+    ],
+)
+def test_bad_methods_are_refused_before_any_kernel_runs(method, message):
+    # a k >= m reaches the kernels unchecked (numba has no bounds checks): refused up front
+    with pytest.raises(ConfigError, match=message):
+        bench_sdca(n=10, d=2, m=3, methods=(method,))
+    with pytest.raises(ConfigError, match=message):
+        bench_sdca_convergence(n=10, d=2, m=3, methods=(method,), n_val=0)
+
+
+def test_convergence_study_compiles_top_k_methods_on_a_valid_problem():
+    # the compile run before the clock once used 4 classes whatever k was: k = 5 read past the
+    # scores and gave an intermittent NaN objective
+    (row,), _ = bench_sdca_convergence(
+        n=120, d=6, m=8, methods=(("topk_svm_alpha_pseudo", 0.0, 5),), C=0.5, n_val=0
+    )
+    assert row.status == "converged" and row.relative_gap <= 1e-3
+
+
 def test_cli_refuses_bad_eps(tmp_path):
     args = ["bench", "sdca", "--n", "20", "--d", "2", "--m", "3", "--epochs", "1"]
     res = CliRunner().invoke(app, [*args, "--eps", "-1", "--out", str(tmp_path / "s.csv")])

@@ -137,6 +137,7 @@ def bench_sdca(
         raise ConfigError(f"bench sdca: epochs must be >= 1; got {epochs}")
     if methods is None:
         methods = DEFAULT_SDCA_METHODS
+    check_sdca_methods(methods, m, "bench sdca")
     X, y = make_gaussian_problem(n, d, m, seed)
     sq = row_sqnorms(X)
     yptr, yidx = as_label_csr(y)
@@ -155,8 +156,6 @@ def bench_sdca(
     rng = np.random.default_rng(seed)
     for name, gamma, k in methods:
         spec = get_method(name)
-        if spec.solver != "sdca":
-            raise ConfigError(f"bench sdca: {name} is not an SDCA method")
         A = np.zeros((n, m))
         W = np.zeros((d, m))
         times = []
@@ -231,6 +230,22 @@ def check_sdca_problem(n: int, d: int, m: int, C: float, eps: float = 1e-3) -> N
             raise ConfigError(f"bench sdca: {name} must be a finite number > 0; got {value}")
 
 
+def check_sdca_methods(methods, m: int, where: str) -> None:
+    """Refuse a method of ``methods`` ((name, gamma, k) triples) that is not SDCA or whose
+    gamma or k is out of range on m classes (:func:`topkbench.validation.check_method_params`),
+    naming the command ``where`` and the method."""
+    from topkbench.validation import check_method_params
+
+    for name, gamma, k in methods:
+        spec = get_method(name)
+        if spec.solver != "sdca":
+            raise ConfigError(f"{where}: {name} is not an SDCA method")
+        try:
+            check_method_params(spec, gamma, k, m)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {method_label(name, gamma, k)}: {exc}") from None
+
+
 def method_label(name: str, gamma: float, k: int) -> str:
     label = name if gamma == 0.0 else f"{name} γ={gamma:g}"
     return label if k == 1 else f"{label} k={k}"
@@ -267,17 +282,18 @@ def bench_sdca_convergence(
     check_sdca_problem(n, d, m, C, eps)
     if methods is None:
         methods = DEFAULT_SDCA_METHODS
+    check_sdca_methods(methods, m, "bench sdca")
     Xall, yall = make_gaussian_problem(n + n_val, d, m, seed, separation)
     X, y, Xv, yv = Xall[:n], yall[:n], Xall[n:], yall[n:]
     rows, points = [], []
     for name, gamma, k in methods:
         spec = get_method(name)
-        if spec.solver != "sdca":
-            raise ConfigError(f"bench sdca: {name} is not an SDCA method")
         label = method_label(name, gamma, k)
         common = dict(loss_id=spec.loss_id, C=C, gamma=gamma, k=k, seed=seed, warn=False)
-        # compile (or load from numba's cache) outside the clock
-        solve_sdca(X[:20], y[:20] % 4, n_classes=4, max_epochs=1, **common)
+        # compile (or load from numba's cache) outside the clock, on a problem where k is
+        # valid (k < classes; the kernels do not check it)
+        mw = max(4, k + 1)
+        solve_sdca(X[:20], y[:20] % mw, n_classes=mw, max_epochs=1, **common)
 
         accs: list[float] = []
 
@@ -942,9 +958,7 @@ def bench_scale(
     check_sdca_problem(n, d, m, C)
     if epochs < 1:
         raise ConfigError(f"bench scale: epochs must be >= 1; got {epochs}")
-    for name, _, _ in methods:
-        if get_method(name).solver != "sdca":
-            raise ConfigError(f"bench scale: {name} is not an SDCA method")
+    check_sdca_methods(methods, m, "bench scale")
     tmp = None
     if directory is None:
         directory = tmp = tempfile.mkdtemp(prefix="topkbench-scale-")

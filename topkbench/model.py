@@ -19,8 +19,8 @@ from topkbench.validation import (
     check_eval_every,
     check_features,
     check_int,
-    check_k,
     check_labels,
+    check_method_params,
     check_multilabel,
     check_positive,
 )
@@ -216,17 +216,12 @@ def fit(
             )
         y, m = check_labels(Y, n_rows, n_classes)
     C = check_positive("C", C)
-    gamma = check_positive("gamma", gamma, allow_zero=True)
-    k = check_k(k, m)
+    gamma, k = check_method_params(spec, gamma, k, m)
     eps = check_positive("eps", eps, upper=1.0)
     max_epochs = check_int("max_epochs", max_epochs, 0)
     eval_every = check_eval_every(eval_every)
     if time_limit is not None:
         time_limit = check_positive("time_limit", time_limit)
-    if "gamma" not in spec.params and gamma != 0.0:
-        raise ConfigError(f"method {spec.name} has no smoothing parameter; use gamma=0")
-    if "k" not in spec.params and k != 1:
-        raise ConfigError(f"method {spec.name} is a top-1 loss and takes no k; use k=1")
     if spec.solver != "frank_wolfe" and (
         not isinstance(weights, str) or weights != "flat" or fw != "standard"
     ):

@@ -159,6 +159,20 @@ def check_k(k, m: int) -> int:
     return k
 
 
+def check_method_params(spec, gamma, k, m: int) -> tuple[float, int]:
+    """``gamma`` and ``k`` of the registered method ``spec`` (a ``MethodSpec``) on ``m``
+    classes: gamma >= 0 and only where the method is smoothed, k in [1, m - 1] and only for
+    top-k methods.  The kernels do not check k against m (numba has no bounds checks: a k >= m
+    reads past the score vector), so every entry point that reaches them calls this."""
+    gamma = check_positive("gamma", gamma, allow_zero=True)
+    k = check_k(k, m)
+    if "gamma" not in spec.params and gamma != 0.0:
+        raise ConfigError(f"method {spec.name} has no smoothing parameter; use gamma=0")
+    if "k" not in spec.params and k != 1:
+        raise ConfigError(f"method {spec.name} is a top-1 loss and takes no k; use k=1")
+    return gamma, k
+
+
 def check_eval_every(value) -> int | str:
     """``eval_every``: a positive number of epochs between certificates, or ``"auto"``."""
     if isinstance(value, str) and value.strip().lower() == "auto":

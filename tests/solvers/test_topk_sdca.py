@@ -266,6 +266,18 @@ def test_tiny_gamma_gap_is_not_negative(problem_factory):
     assert min(p.relative_gap for p in model.trace) >= -1e-14
 
 
+@pytest.mark.parametrize("k", [0, 4, 5])
+def test_solve_sdca_refuses_k_outside_1_to_m_minus_1(problem_factory, k):
+    """The solver below ``fit`` checks k too: its kernels read the scores by k unchecked."""
+    from topkbench.errors import ConfigError
+    from topkbench.solvers.sdca import solve_sdca
+
+    X, y = problem_factory(n=20, d=3, m=4, seed=0)
+    loss_id = get_method("topk_svm_alpha_pseudo").loss_id
+    with pytest.raises(ConfigError, match=r"k must be in \[1, 3\]"):
+        solve_sdca(X, y, n_classes=4, loss_id=loss_id, C=0.1, k=k, max_epochs=1, warn=False)
+
+
 # --- (b) facts at the optimum ----------------------------------------------------------------
 
 

@@ -27,6 +27,7 @@ import scipy.sparse as sp
 
 from topkbench.errors import ConvergenceWarning, SolverError
 from topkbench.kernels import sdca as _k
+from topkbench.validation import check_k
 
 
 class TracePoint(NamedTuple):
@@ -264,6 +265,9 @@ def solve_sdca(
         kind, Xk = _as_features(X)
     n = Xk.shape[0]
     m = int(n_classes)
+    # the one check kept here: the kernels index the scores by k without bounds checks, so an
+    # unvalidated k >= m would read past them (intermittent NaNs, not an error)
+    check_k(k, m)
     y = as_label_csr(y)
     yptr, yidx = y
     if A0 is None:
