@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 N_JOBS ?= 2
 
-.PHONY: install test test-full lint reproduce-table3 reproduce-table5 smoke-table5 reproduce-table7 smoke-table7 reproduce-table10 reproduce-table11 reproduce-table12 smoke-table11 bench bench-table5 bench-bipartite bench-projections bench-kato bench-peers bench-scale clean-cache
+.PHONY: install test test-full test-boundscheck lint reproduce-table3 reproduce-table5 smoke-table5 reproduce-table7 smoke-table7 reproduce-table10 reproduce-table11 reproduce-table12 smoke-table11 bench bench-table5 bench-bipartite bench-projections bench-kato bench-peers bench-scale clean-cache
 
 install:
 	$(PY) -m venv $(VENV)
@@ -16,6 +16,12 @@ test:
 
 test-full:
 	$(BIN)/python -m pytest -m "slow or not slow" -q
+
+# the default tests with numba's bounds checks compiled in (kernels index without them; an
+# index past an array raises IndexError here instead of reading garbage); own numba cache
+test-boundscheck:
+	NUMBA_BOUNDSCHECK=1 NUMBA_CACHE_DIR=$(CURDIR)/.numba-boundscheck \
+		$(BIN)/python -m pytest -m "not slow" -q -p no:cacheprovider
 
 lint:
 	$(BIN)/ruff check topkbench tests scripts
