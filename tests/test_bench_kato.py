@@ -5,9 +5,12 @@ duality gap under the printed top-k hinge that our printed-alpha SDCA closes."""
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 from typer.testing import CliRunner
 
+from topkbench import bench
 from topkbench.cli import app
+from topkbench.errors import ConfigError
 
 
 def test_kato_fig2_smoke(tmp_path):
@@ -27,6 +30,17 @@ def test_kato_fig2_smoke(tmp_path):
     printed = last[[s for s in last.index if "printed" in s][0]]
     assert printed < 1e-6 < pseudo
     assert (df.groupby("solver")["seconds"].apply(lambda s: s.is_monotonic_increasing)).all()
+
+
+def test_kato_fig2_refuses_k_outside_1_to_m_minus_1_before_any_kernel_runs(monkeypatch):
+    # its SDCA study calls the kernels directly, where a k >= m would read past the scores
+    def no_kernels(*args, **kwargs):
+        raise AssertionError("the SDCA study ran before k was checked")
+
+    monkeypatch.setattr(bench, "_sdca_study", no_kernels)
+    X, y = bench.make_gaussian_problem(60, 4, 4, 0)
+    with pytest.raises(ConfigError, match=r"k must be in \[1, 3\]"):
+        bench.kato_fig2(X, y, k=4, iters=2)
 
 
 def test_kato_fig3_and_fig4_smoke(tmp_path):

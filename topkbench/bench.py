@@ -548,8 +548,12 @@ def kato_fig2(
     ``iters`` epochs for SDCA and iterations for Frank-Wolfe."""
     from topkbench.losses.registry import get_method as gm
     from topkbench.model import fit
+    from topkbench.validation import check_k, check_positive
 
     m = int(y.max()) + 1
+    # the SDCA study calls the kernels directly (no fit to validate k before them)
+    k = check_k(k, m)
+    C = check_positive("C", C)
     X = np.ascontiguousarray(X, dtype=np.float64)
     y = np.ascontiguousarray(y, dtype=np.int64)
     # compile everything on a tiny problem first (timings exclude JIT)
