@@ -163,7 +163,8 @@ def check_method_params(spec, gamma, k, m: int) -> tuple[float, int]:
     """``gamma`` and ``k`` of the registered method ``spec`` (a ``MethodSpec``) on ``m``
     classes: gamma >= 0 and only where the method is smoothed, k in [1, m - 1] and only for
     top-k methods.  The kernels do not check k against m (numba has no bounds checks: a k >= m
-    reads past the score vector), so every entry point that reaches them calls this."""
+    reads past the score vector), so every entry point that reaches them checks k first: this
+    (``fit``, the SDCA benches) or :func:`check_k` (``solve_sdca``, ``bench.kato_fig2``)."""
     gamma = check_positive("gamma", gamma, allow_zero=True)
     k = check_k(k, m)
     if "gamma" not in spec.params and gamma != 0.0:
