@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from topkbench.errors import ConfigError
-from topkbench.validation import check_eval_every
+from topkbench.validation import check_choice, check_eval_every
 
 DOC_KEYS = frozenset({"title", "paper", "description", "source", "splits_expected"})
 
@@ -332,10 +332,7 @@ def _log_grid(exp: dict[str, Any], key: str) -> tuple[tuple[float, ...], float, 
 
 
 def _choice(d: dict[str, Any], key: str, default: str, allowed: tuple[str, ...]) -> str:
-    value = str(d.get(key, default))
-    if value not in allowed:
-        raise ConfigError(f"{key} must be one of {', '.join(allowed)}; got {value!r}")
-    return value
+    return check_choice(key, str(d.get(key, default)), allowed)
 
 
 def dataset_has_val(cfg: DatasetConfig) -> bool:

@@ -14,8 +14,9 @@ from numpy.typing import NDArray
 from topkbench.errors import ConfigError, ConvergenceWarning, InputError
 from topkbench.gram import check_gram
 from topkbench.losses.registry import get_method
-from topkbench.solvers.sdca import TracePoint, solve_sdca
+from topkbench.solvers.sdca import ACCELERATE_MODES, TracePoint, solve_sdca
 from topkbench.validation import (
+    check_choice,
     check_eval_every,
     check_features,
     check_int,
@@ -120,6 +121,7 @@ def fit(
     check_kernel: bool = True,
     weights="flat",
     fw: str = "standard",
+    accelerate: str = "auto",
 ) -> Model:
     """Train ``method`` on features ``X`` (dense or CSR, n x d) and targets ``Y``.
 
@@ -155,6 +157,11 @@ def fit(
     weights, fw : ``wtopk_svm`` only: the rank weights (``flat``, ``linear``, ``exp`` or a
         non-increasing non-negative sequence; Kato §7.3) and the Frank-Wolfe variant
         (``standard``, ``away``, ``pairwise``); ``max_epochs`` bounds its iterations.
+    accelerate : SDCA only: ``"auto"`` (default) hands an ill-conditioned problem on which
+        plain SDCA progresses slowly to accelerated SDCA (Catalyst's proximal outer loop;
+        smoothing continuation for the nonsmooth hinges), which certifies the same problem
+        (:mod:`topkbench.solvers.accelerated`); ``"never"`` is plain SDCA; ``"always"``
+        accelerates from the first epoch whenever the condition number exceeds 1.
     check_kernel : verify that ``K`` is finite and symmetric (O(n^2) per call); callers that
         built ``K`` themselves with :func:`topkbench.gram.rbf_kernel` may skip it.
     init : for ``topk_ent_tr`` only, the model whose ``W`` L-BFGS starts from (TPAMI §6.2:
@@ -220,6 +227,7 @@ def fit(
     eps = check_positive("eps", eps, upper=1.0)
     max_epochs = check_int("max_epochs", max_epochs, 0)
     eval_every = check_eval_every(eval_every)
+    accelerate = check_choice("accelerate", accelerate, ACCELERATE_MODES)
     if time_limit is not None:
         time_limit = check_positive("time_limit", time_limit)
     if spec.solver != "frank_wolfe" and (
@@ -279,9 +287,10 @@ def fit(
         seed=seed,
         A0=A0,
         warn=warn,
+        accelerate=accelerate,
     )
     A = res.A
-    info: dict[str, Any] = {}
+    info: dict[str, Any] = dict(res.info)
     if keep is not None:
         A = np.zeros((n_rows, m))
         A[keep] = res.A

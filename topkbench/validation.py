@@ -192,3 +192,10 @@ def check_int(name: str, value, lo: int) -> int:
     if isinstance(value, bool) or not _is_int_like(value) or int(value) < lo:
         raise ConfigError(f"{name} must be an integer >= {lo}; got {value!r}")
     return int(value)
+
+
+def check_choice(name: str, value, allowed: tuple[str, ...]) -> str:
+    """One of the strings ``allowed``, else a ConfigError listing them."""
+    if not isinstance(value, str) or value not in allowed:
+        raise ConfigError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
+    return value

@@ -860,15 +860,19 @@ def sdca_epochs_csr(
 
 
 @njit(cache=True)
-def sdca_epochs_gram(K, yptr, yidx, A, perms, loss, C, gamma, k, troots):
-    """As :func:`sdca_epochs_dense` from a Gram matrix ``K`` (n x n): scores ``A^T K_i``.
+def sdca_epochs_gram(K, yptr, yidx, A, B, perms, loss, C, gamma, k, troots):
+    """As :func:`sdca_epochs_dense` from a Gram matrix ``K`` (n x n): scores ``B^T K_i``.
 
     Kernel SDCA (DESIGN §5; TPAMI Props. 14-15 are stated with ``q = A K_i - K_ii a_i``): there
-    is no W, so a step costs O(n m) and only the block ``A[i]`` changes.
+    is no W, so a step costs O(n m) and only the block ``A[i]`` changes.  ``B`` holds the
+    coefficients of the primal point, ``W = sum_r phi(x_r) B_r``: plain SDCA passes ``A``
+    itself; the proximal (accelerated) problems of :mod:`topkbench.solvers.accelerated` pass
+    ``B = B0 + A`` with a fixed offset ``B0``, and every change of ``A[i]`` is added to ``B[i]``.
     """
     n_epochs = perms.shape[0]
     n = K.shape[0]
     m = A.shape[1]
+    offset = B.ctypes.data != A.ctypes.data
     scratch = _scratch(m)
     s, new = scratch[0], scratch[1]
     failures = 0
@@ -881,10 +885,13 @@ def sdca_epochs_gram(K, yptr, yidx, A, perms, loss, C, gamma, k, troots):
                 kir = K[i, r]
                 if kir != 0.0:
                     for j in range(m):
-                        s[j] += kir * A[r, j]
+                        s[j] += kir * B[r, j]
             if _update(loss, yptr, yidx, i, s, A[i], K[i, i], C, gamma, k, new, scratch, troots):
                 failures += 1
             _store_block(A, i, new, s, scratch[5])
+            if offset:
+                for j in range(m):
+                    B[i, j] += s[j]
     return failures
 
 

@@ -49,6 +49,7 @@ class SDCAResult:
     epochs: int
     seconds: float
     trace: list[TracePoint] = field(default_factory=list)
+    info: dict = field(default_factory=dict)  # the accelerated phase's parameters, if any
 
 
 def relative_gap(primal: float, dual: float) -> float:
@@ -175,10 +176,101 @@ def evaluate_objective_gram(K, y, A, loss_id: int, C: float, gamma: float, k: in
     return lam * (half_sq + C * lsum), lam * (C * csum - half_sq)
 
 
+class SDCAProblem:
+    """The training problem as the epoch kernels see it: features (dense, float32 or CSR) or
+    a Gram matrix, labels in CSR form, the loss and its parameters ``k``.
+
+    A primal point is held in its *representation* ``rep``: ``W`` (d x m) for features, the
+    coefficient matrix ``B`` (n x m, ``W = sum_r phi(x_r) B_r``) for a Gram matrix.  The dual
+    ``A`` defines ``rep(A) = X^T A`` resp. ``A``; the reported model is always that pair.
+    """
+
+    def __init__(self, X, y, *, gram: bool, n_classes: int, loss_id: int, k: int):
+        if gram:
+            self.kind, self.X = "gram", np.ascontiguousarray(X, dtype=np.float64)
+            self.sqnorms = np.ascontiguousarray(np.diag(self.X))
+        else:
+            self.kind, self.X = _as_features(X)
+            self.sqnorms = row_sqnorms(self.X)
+        if self.kind == "csr":
+            self.indptr = self.X.indptr.astype(np.int64)
+            self.indices = self.X.indices.astype(np.int64)
+        self.n = self.X.shape[0]
+        self.m = int(n_classes)
+        self.y = as_label_csr(y)
+        self.loss_id = loss_id
+        self.k = k
+        self.r2 = float(self.sqnorms.max()) if self.n else 0.0
+
+    def rep_of(self, A) -> np.ndarray:
+        """The primal point the dual ``A`` defines: ``X^T A`` (features) or a copy of ``A``."""
+        return np.array(A, dtype=np.float64) if self.kind == "gram" else features_t_dot(self.X, A)
+
+    def zero_rep(self) -> np.ndarray:
+        rows = self.n if self.kind == "gram" else self.X.shape[1]
+        return np.zeros((rows, self.m))
+
+    def run_epochs(self, A, rep, perms, C: float, gamma: float, troots) -> int:
+        """``perms.shape[0]`` SDCA epochs on the dual ``A`` (scaled for ``C``) and the primal
+        point ``rep``, updated in place; ``rep`` may carry a fixed offset (the proximal
+        problems).  Returns the count of failed inner root findings."""
+        yptr, yidx = self.y
+        if self.kind == "gram":
+            return _k.sdca_epochs_gram(
+                self.X, yptr, yidx, A, rep, perms, self.loss_id, C, gamma, self.k, troots
+            )
+        if self.kind == "dense":
+            return _k.sdca_epochs_dense(
+                self.X, yptr, yidx, self.sqnorms, A, rep, perms, self.loss_id, C, gamma,
+                self.k, troots,
+            )  # fmt: skip
+        return _k.sdca_epochs_csr(
+            self.indptr, self.indices, self.X.data, yptr, yidx, self.sqnorms, A, rep, perms,
+            self.loss_id, C, gamma, self.k, troots,
+        )  # fmt: skip
+
+    def objective(self, A, rep, C: float, gamma: float, gaps=None) -> tuple[float, float]:
+        """(P, D) for the dual ``A`` and its own primal point ``rep = rep_of(A)``."""
+        if self.kind == "gram":
+            return evaluate_objective_gram(self.X, self.y, A, self.loss_id, C, gamma, self.k, gaps)
+        return evaluate_objective(self.X, self.y, A, rep, self.loss_id, C, gamma, self.k, gaps)
+
+    def scores(self, rep) -> np.ndarray:
+        """The n x m training scores of the primal point ``rep``."""
+        if self.kind == "gram":
+            return np.ascontiguousarray(self.X @ rep)
+        if not _blocked(self.X, self.m):
+            return np.ascontiguousarray(self.X @ rep, dtype=np.float64)
+        out = np.empty((self.n, self.m))
+        for a in range(0, self.n, ROW_BLOCK):
+            b = min(a + ROW_BLOCK, self.n)
+            out[a:b] = _rows64(self.X, a, b) @ rep
+        return out
+
+    def sq_norm(self, rep, S=None) -> float:
+        """``||W||^2`` of the primal point ``rep`` (``<B, K B>`` from its scores ``S`` for a
+        Gram matrix)."""
+        if self.kind == "gram":
+            return float(np.vdot(rep, self.scores(rep) if S is None else S))
+        return float(np.vdot(rep, rep))
+
+    def values(self, S, A, sq_norm: float, C: float, gamma: float) -> tuple[float, float]:
+        """P at the primal point with scores ``S`` and ``||W||^2 = sq_norm``, and D of the dual
+        ``A`` given ``||rep(A)||^2 = sq_norm`` (pass the pair's own values for a certificate;
+        the loss sum only depends on ``S``, the conjugate sum only on ``A / C``)."""
+        lsum, csum = _k.objective_terms(
+            S, *self.y, A, self.loss_id, C, gamma, self.k, 0.0, 0.0, _NO_GAPS
+        )
+        lam = 1.0 / (C * self.n)
+        return lam * (0.5 * sq_norm + C * lsum), lam * (C * csum - 0.5 * sq_norm)
+
+
 AUTO_COST_FACTOR = 4.0
 
 
-def auto_batch(trace: list[TracePoint], eps: float, n: int, n_active: int) -> int:
+def auto_batch(
+    trace: list[TracePoint], eps: float, n: int, n_active: int, cap: int | None = None
+) -> int:
     """Epochs to run before the next certificate when ``eval_every="auto"``.
 
     A certificate costs two n x d x m products (the W resync and the scores) plus the loss terms,
@@ -190,11 +282,13 @@ def auto_batch(trace: list[TracePoint], eps: float, n: int, n_active: int) -> in
     (linear convergence); SDCA's gap decays at least that fast for the smooth losses and more slowly
     for the nonsmooth ones, so the prediction is seldom late. The first batch is one epoch (a rate
     needs two points).  Timings are not used: the same command evaluates at the same epochs, and
-    shrinking (which follows the evaluations) gives the same trajectory.
+    shrinking (which follows the evaluations) gives the same trajectory.  ``cap``, if given,
+    replaces the cap (the accelerated phase's certificates cost more and its epochs no less).
     """
     if len(trace) < 2:
         return 1
-    cap = max(1, int(AUTO_COST_FACTOR * n / max(n_active, 1)))
+    if cap is None:
+        cap = max(1, int(AUTO_COST_FACTOR * n / max(n_active, 1)))
     prev, last = trace[-2], trace[-1]
     g0, g1 = prev.relative_gap, last.relative_gap
     if not (eps < g1 < g0) or last.epoch <= prev.epoch:
@@ -213,6 +307,95 @@ def _active_set(gaps, A):
         return None
     keep = (gaps > 0.0) | np.any(A != 0.0, axis=1)
     return None if keep.all() else keep
+
+
+class Run:
+    """The bookkeeping one SDCA run shares between its plain and accelerated phases: the
+    epoch count and budgets, the trace, the clock (``on_eval`` time excluded), the random
+    stream of the permutations and the softmax warm starts ``troots``."""
+
+    def __init__(self, n, *, eps, max_epochs, time_limit, seed, on_eval):
+        self.eps = eps
+        self.max_epochs = max_epochs
+        self.time_limit = time_limit
+        self.on_eval = on_eval
+        self.rng = np.random.default_rng(seed)
+        self.troots = np.full(n, np.nan)
+        self.n = n
+        self.epochs = 0
+        self.failures = 0
+        self.epoch_seconds = 0.0
+        self.trace: list[TracePoint] = []
+        self.start = time.perf_counter()
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def budget_status(self) -> str | None:
+        """``"max_epochs"`` or ``"time_limit"`` once a budget is spent, else None."""
+        if self.epochs >= self.max_epochs:
+            return "max_epochs"
+        if self.time_limit is not None and self.elapsed() >= self.time_limit:
+            return "time_limit"
+        return None
+
+    def clip_batch(self, batch: int) -> int:
+        """``batch`` epochs cut to what is left of the epoch and time budgets."""
+        if self.time_limit is not None and self.epoch_seconds > 0.0:
+            left = self.time_limit - self.elapsed()
+            batch = max(1, min(batch, int(left / self.epoch_seconds)))
+        return max(1, min(batch, self.max_epochs - self.epochs))
+
+    def permutations(self, batch: int, active=None) -> np.ndarray:
+        """The next ``batch`` epochs' permutations (drawn in full, then filtered by the
+        ``active`` mask, so the random stream does not depend on shrinking)."""
+        perms = np.stack([self.rng.permutation(self.n) for _ in range(batch)]).astype(np.int64)
+        if active is not None:
+            perms = perms[active[perms]].reshape(batch, -1)
+        return perms
+
+    def record(self, primal: float, dual: float, A, W) -> float:
+        """Append a trace point for the certificate (P, D) and return its relative gap."""
+        if not (np.isfinite(primal) and np.isfinite(dual)):
+            raise SolverError(
+                f"non-finite objective at epoch {self.epochs} (P={primal}, D={dual}); "
+                "features may be too large in magnitude"
+            )
+        gap = relative_gap(primal, dual)
+        seconds = 0.0 if not self.trace else self.elapsed()
+        self.trace.append(TracePoint(self.epochs, primal, dual, gap, seconds))
+        if self.on_eval is not None:
+            paused = time.perf_counter()
+            self.on_eval(self.epochs, A, W)
+            self.start += time.perf_counter() - paused
+        return gap
+
+
+# Plain SDCA hands over to the accelerated solver (accelerate="auto") after at least this many
+# epochs, when the condition number C R^2 / mu is at least ACCEL_MIN_CONDITION and the last
+# two certificates predict that plain SDCA needs more epochs again than it has run.
+ACCEL_MIN_EPOCHS = 20
+ACCEL_MIN_CONDITION = 100.0
+ACCELERATE_MODES = ("auto", "always", "never")
+
+
+def _hand_over(run: Run, prob: SDCAProblem, accelerate: str, C: float, gamma: float) -> bool:
+    """Whether plain SDCA stops here and the accelerated solver takes over (see
+    :mod:`topkbench.solvers.accelerated` for the condition number)."""
+    from topkbench.solvers.accelerated import condition_number
+
+    if accelerate == "never" or run.n == 0:
+        return False
+    cond = condition_number(prob, C, gamma)
+    if accelerate == "always":
+        return cond > 1.0
+    if cond < ACCEL_MIN_CONDITION or run.epochs < ACCEL_MIN_EPOCHS:
+        return False
+    prev, last = run.trace[-2], run.trace[-1]
+    if not (last.relative_gap < prev.relative_gap) or last.epoch <= prev.epoch:
+        return True
+    rate = math.log(prev.relative_gap / last.relative_gap) / (last.epoch - prev.epoch)
+    return math.log(last.relative_gap / run.eps) / rate > run.epochs
 
 
 def solve_sdca(
@@ -234,6 +417,7 @@ def solve_sdca(
     warn: bool = True,
     on_eval=None,
     shrink: bool = True,
+    accelerate: str = "never",
 ) -> SDCAResult:
     """Minimize P(W) by SDCA; inputs are assumed validated (see :func:`topkbench.fit`).
 
@@ -258,18 +442,22 @@ def solve_sdca(
     moves is visited again after the next evaluation; the stopping rule is the full duality
     gap, so shrinking never certifies a point that is not eps-optimal (cf. liblinear's
     shrinking, which it re-checks at the end).
+
+    Acceleration (``accelerate``): ``"never"`` runs plain SDCA; ``"always"`` hands the run
+    to :func:`topkbench.solvers.accelerated.solve_accelerated` after the first certificate
+    whenever the problem's condition number exceeds 1; ``"auto"`` does so only for an
+    ill-conditioned problem (:data:`ACCEL_MIN_CONDITION`) on which plain SDCA, after
+    :data:`ACCEL_MIN_EPOCHS` epochs, is predicted by its last two certificates to need more
+    epochs again than it has run.  A well-conditioned problem thus runs exactly as plain SDCA.
+    The accelerated phase certifies the same problem with the same gap.
     """
-    if gram:
-        kind, Xk = "gram", np.ascontiguousarray(X, dtype=np.float64)
-    else:
-        kind, Xk = _as_features(X)
-    n = Xk.shape[0]
-    m = int(n_classes)
+    prob = SDCAProblem(X, y, gram=gram, n_classes=n_classes, loss_id=loss_id, k=k)
+    n, m = prob.n, prob.m
     # the one check kept here: the kernels index the scores by k without bounds checks, so an
     # unvalidated k >= m would read past them (intermittent NaNs, not an error)
     check_k(k, m)
-    y = as_label_csr(y)
-    yptr, yidx = y
+    if accelerate not in ACCELERATE_MODES:
+        raise SolverError(f"accelerate must be one of {', '.join(ACCELERATE_MODES)}")
     if A0 is None:
         A = np.zeros((n, m), dtype=np.float64)
     else:
@@ -277,102 +465,71 @@ def solve_sdca(
         if A.shape != (n, m):
             raise SolverError(f"warm start A has shape {A.shape}, expected {(n, m)}")
     gaps = np.empty(n) if shrink else None
-    if kind == "gram":
-        W = None
-
-        def objective():
-            return evaluate_objective_gram(Xk, y, A, loss_id, C, gamma, k, gaps)
+    if prob.kind == "gram":
+        W = A  # the kernel's scores come from A itself (no offset)
     else:
-        sqnorms = row_sqnorms(Xk)
-        W = features_t_dot(Xk, A) if A0 is not None else np.zeros((Xk.shape[1], m))
-
-        def objective():
-            return evaluate_objective(Xk, y, A, W, loss_id, C, gamma, k, gaps)
-
-    if kind == "csr":
-        indptr = Xk.indptr.astype(np.int64)
-        indices = Xk.indices.astype(np.int64)
-        data = Xk.data
-
-    troots = np.full(n, np.nan)
-    rng = np.random.default_rng(seed)
-    start = time.perf_counter()
-    trace: list[TracePoint] = []
-    primal, dual = objective()
+        W = prob.rep_of(A) if A0 is not None else prob.zero_rep()
+    run = Run(n, eps=eps, max_epochs=max_epochs, time_limit=time_limit, seed=seed,
+              on_eval=on_eval)  # fmt: skip
+    primal, dual = prob.objective(A, W, C, gamma, gaps)
     active = _active_set(gaps, A)
-    gap = relative_gap(primal, dual)
-    trace.append(TracePoint(0, primal, dual, gap, 0.0))
-    if on_eval is not None:
-        paused = time.perf_counter()
-        on_eval(0, A, W)
-        start += time.perf_counter() - paused
-    epochs = 0
-    epoch_seconds = 0.0
+    gap = run.record(primal, dual, A, _public_rep(prob, W))
     status = "converged" if gap <= eps else "running"
-    failures = 0
+    info: dict = {}
     while status == "running":
-        if epochs >= max_epochs:
-            status = "max_epochs"
+        budget = run.budget_status()
+        if budget is not None:
+            status = budget
             break
-        if time_limit is not None and time.perf_counter() - start >= time_limit:
-            status = "time_limit"
-            break
+        if accelerate != "never" and _hand_over(run, prob, accelerate, C, gamma):
+            from topkbench.solvers.accelerated import solve_accelerated
+
+            status, A, W, primal, dual, gap, info = solve_accelerated(prob, run, A, C, gamma)
+            accelerate = "never"
+            if status != "running":
+                break
+            info["plain_from_epoch"] = run.epochs
+            W = A if prob.kind == "gram" else prob.rep_of(A)
+            primal, dual = prob.objective(A, W, C, gamma, gaps)
+            active = _active_set(gaps, A)
+            continue
         if eval_every == "auto":
-            batch = auto_batch(trace, eps, n, n if active is None else int(active.sum()))
-            if time_limit is not None and epoch_seconds > 0.0:
-                left = time_limit - (time.perf_counter() - start)
-                batch = max(1, min(batch, int(left / epoch_seconds)))
+            batch = run.clip_batch(auto_batch(run.trace, eps, n,
+                                              n if active is None else int(active.sum())))
         else:
-            batch = int(eval_every)
-        batch = min(batch, max_epochs - epochs)
+            batch = run.clip_batch(int(eval_every))
         t_batch = time.perf_counter()
-        perms = np.stack([rng.permutation(n) for _ in range(batch)]).astype(np.int64)
-        if active is not None:
-            perms = perms[active[perms]].reshape(batch, -1)
-        if kind == "gram":
-            failures += _k.sdca_epochs_gram(Xk, yptr, yidx, A, perms, loss_id, C, gamma, k, troots)
-        elif kind == "dense":
-            failures += _k.sdca_epochs_dense(
-                Xk, yptr, yidx, sqnorms, A, W, perms, loss_id, C, gamma, k, troots
-            )
-        else:
-            failures += _k.sdca_epochs_csr(
-                indptr, indices, data, yptr, yidx, sqnorms, A, W, perms, loss_id, C, gamma, k,
-                troots,
-            )  # fmt: skip
-        epochs += batch
-        epoch_seconds = (time.perf_counter() - t_batch) / batch
+        run.failures += prob.run_epochs(A, W, run.permutations(batch, active), C, gamma,
+                                        run.troots)  # fmt: skip
+        run.epochs += batch
+        run.epoch_seconds = (time.perf_counter() - t_batch) / batch
         # resynchronize W = X^T A: D(A) is a certified lower bound only for the W that A
         # defines, and rank-1 updates accumulate rounding (A ~ C while W may be O(1))
-        if W is not None:
-            W[...] = features_t_dot(Xk, A)
-        primal, dual = objective()
+        if prob.kind != "gram":
+            W[...] = features_t_dot(prob.X, A)
+        primal, dual = prob.objective(A, W, C, gamma, gaps)
         active = _active_set(gaps, A)
-        if not (np.isfinite(primal) and np.isfinite(dual)):
-            raise SolverError(
-                f"non-finite objective at epoch {epochs} (P={primal}, D={dual}); "
-                "features may be too large in magnitude"
-            )
-        gap = relative_gap(primal, dual)
-        trace.append(TracePoint(epochs, primal, dual, gap, time.perf_counter() - start))
-        if on_eval is not None:
-            paused = time.perf_counter()
-            on_eval(epochs, A, W)
-            start += time.perf_counter() - paused
+        gap = run.record(primal, dual, A, _public_rep(prob, W))
         if gap <= eps:
             status = "converged"
-    seconds = time.perf_counter() - start
-    if failures:
+    seconds = run.elapsed()
+    if run.failures:
         warnings.warn(
-            f"{failures} block updates hit the inner root-finding iteration limit",
+            f"{run.failures} block updates hit the inner root-finding iteration limit",
             ConvergenceWarning,
             stacklevel=2,
         )
     if status != "converged" and warn:
         warnings.warn(
-            f"SDCA stopped on {status} after {epochs} epochs with relative gap {gap:.3g} "
+            f"SDCA stopped on {status} after {run.epochs} epochs with relative gap {gap:.3g} "
             f"> eps = {eps:g}",
             ConvergenceWarning,
             stacklevel=2,
         )
-    return SDCAResult(A, W, primal, dual, gap, status, epochs, seconds, trace)
+    return SDCAResult(A, _public_rep(prob, W), primal, dual, gap, status, run.epochs, seconds,
+                      run.trace, info)  # fmt: skip
+
+
+def _public_rep(prob: SDCAProblem, W):
+    """What callers see as ``W``: the weights, or None in kernel mode (scores are ``K A``)."""
+    return None if prob.kind == "gram" else W
