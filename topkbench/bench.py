@@ -308,7 +308,7 @@ def bench_sdca_convergence(
             warnings.simplefilter("ignore", ConvergenceWarning)
             res = solve_sdca(
                 X, y, n_classes=m, eps=eps, max_epochs=max_epochs, time_limit=time_limit,
-                on_eval=score, eval_every="auto", **common,
+                on_eval=score, eval_every="auto", accelerate="auto", **common,
             )  # fmt: skip
         for tp, acc in zip(res.trace, accs, strict=True):
             points.append(SDCACurvePoint(label, tp.epoch, tp.seconds, tp.relative_gap, acc))

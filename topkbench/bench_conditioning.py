@@ -57,12 +57,13 @@ def _compile(X, y, methods) -> None:
     """One tiny fit per method and mode, so no timing includes numba compilation."""
     from topkbench.model import fit
 
+    m = y.shape[1] if y.ndim == 2 else None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         for method, gamma, k in methods:
             for mode in ("never", "always"):
                 fit(X[:30], y[:30], method, C=1.0, gamma=gamma, k=k, max_epochs=3,
-                    accelerate=mode, warn=False, n_classes=y.shape[1] if y.ndim == 2 else None)  # fmt: skip
+                    accelerate=mode, warn=False, n_classes=m)  # fmt: skip
 
 
 def bench_conditioning(
@@ -149,7 +150,7 @@ def plot_conditioning(rows: list[ConditioningRow], path, eps: float, time_limit:
 
     problems = list(dict.fromkeys(r.problem for r in rows))
     fig, axes = plt.subplots(1, len(problems), figsize=(5.5 * len(problems), 4.5), squeeze=False)
-    for ax, problem in zip(axes[0], problems):
+    for ax, problem in zip(axes[0], problems, strict=True):
         sub = [r for r in rows if r.problem == problem]
         labels = list(dict.fromkeys((r.method, r.gamma, r.k) for r in sub))
         for idx, (method, gamma, k) in enumerate(labels):
@@ -159,8 +160,9 @@ def plot_conditioning(rows: list[ConditioningRow], path, eps: float, time_limit:
                 pts = [r for r in sub if (r.method, r.gamma, r.k) == (method, gamma, k)
                        and r.mode == mode]  # fmt: skip
                 pts.sort(key=lambda r: r.C)
+                shown = label if mode == "accelerated" else None
                 ax.plot([r.C for r in pts], [r.seconds for r in pts], style, color=color,
-                        marker="o", ms=3, label=label if mode == "accelerated" else None)  # fmt: skip
+                        marker="o", ms=3, label=shown)  # fmt: skip
                 bad = [r for r in pts if r.status != "converged"]
                 ax.plot([r.C for r in bad], [r.seconds for r in bad], "x", color=color, ms=8)
         r0 = sub[0]

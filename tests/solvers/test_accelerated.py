@@ -1,8 +1,9 @@
 """Accelerated SDCA (topkbench.solvers.accelerated) on tiny ill-conditioned problems.
 
 Features with column scales 3e-2 ... 30 (||x||^2 ~ 1e3, against n = 16) make C R^2 / n ~ 100:
-the regime of raw real features at large C.  For every SDCA loss the accelerated run must reach cvxpy's optimum, and its
-reported (P, D) must bracket that independently known optimum: the gap is a true bound.
+the regime of raw real features at large C.  For every SDCA loss the accelerated run must
+reach cvxpy's optimum, and its reported (P, D) must bracket that independently known optimum:
+the gap is a true bound.
 """
 
 from __future__ import annotations
@@ -119,8 +120,9 @@ def test_kernel_mode_matches_feature_mode(problem_factory, method, gamma):
     kernel = fit_accelerated(None, y, method, K=X @ X.T, C=1.0, gamma=gamma)
     assert kernel.primal == pytest.approx(linear.primal, rel=1e-6)
     # the kernel model's scores are K A, from its certified dual
+    scores = X @ linear.W
     np.testing.assert_allclose(
-        kernel.decision_function(K=X @ X.T), X @ linear.W, rtol=0, atol=1e-3 * np.abs(X @ linear.W).max()
+        kernel.decision_function(K=X @ X.T), scores, rtol=0, atol=1e-3 * np.abs(scores).max()
     )
 
 

@@ -54,8 +54,6 @@ from __future__ import annotations
 import math
 import time
 
-import numpy as np
-
 from topkbench.kernels import multilabel as _ml
 from topkbench.kernels import sdca as _k
 from topkbench.solvers.sdca import Run, SDCAProblem, auto_batch, relative_gap
@@ -162,7 +160,9 @@ def solve_accelerated(prob: SDCAProblem, run: Run, A, C: float, gamma: float):
             budget = run.budget_status()
             if budget is not None:
                 return budget, A, public, primal, dual, gap, info
-            p_in = p_in_orig if stage_gamma == gamma else prob.values(S_in, A, sq_in, C, stage_gamma)[0]
+            p_in = p_in_orig
+            if stage_gamma != gamma:
+                p_in = prob.values(S_in, A, sq_in, C, stage_gamma)[0]
             if p_in > p_last:  # adaptive restart: drop the momentum, solve the next ones longer
                 info["restarts"] += 1
                 inner = min(2 * inner, MAX_INNER)

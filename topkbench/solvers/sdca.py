@@ -373,9 +373,11 @@ class Run:
 
 # Plain SDCA hands over to the accelerated solver (accelerate="auto") after at least this many
 # epochs, when the condition number C R^2 / mu is at least ACCEL_MIN_CONDITION and the last
-# two certificates predict that plain SDCA needs more epochs again than it has run.
-ACCEL_MIN_EPOCHS = 20
-ACCEL_MIN_CONDITION = 100.0
+# two certificates predict that plain SDCA needs ACCEL_PREDICTED_FACTOR times more epochs again
+# than it has run.
+ACCEL_MIN_EPOCHS = 50
+ACCEL_MIN_CONDITION = 1000.0
+ACCEL_PREDICTED_FACTOR = 3.0
 ACCELERATE_MODES = ("auto", "always", "never")
 
 
@@ -395,7 +397,7 @@ def _hand_over(run: Run, prob: SDCAProblem, accelerate: str, C: float, gamma: fl
     if not (last.relative_gap < prev.relative_gap) or last.epoch <= prev.epoch:
         return True
     rate = math.log(prev.relative_gap / last.relative_gap) / (last.epoch - prev.epoch)
-    return math.log(last.relative_gap / run.eps) / rate > run.epochs
+    return math.log(last.relative_gap / run.eps) / rate > ACCEL_PREDICTED_FACTOR * run.epochs
 
 
 def solve_sdca(
