@@ -20,9 +20,10 @@ is plain SDCA with ``C' = C / r``, ``r = lambda' / lambda``, on ``A' = A / r``, 
 (the Gram kernel takes the coefficients ``B = B0 + A'`` of W separately).
 
 **The certificate stays the original problem's.** ``alpha`` is feasible for the original dual
-at every step, so ``D(alpha)`` is a lower bound of P*, and ``W(alpha) = X^T (r A')`` is a
-primal point: ``P(W(alpha)) - D(alpha)`` is the reported gap and the stopping rule, and the
-returned model is that pair, exactly as plain SDCA's.
+at every step, so ``D(alpha)`` is a lower bound of P*.  Two primal points are at hand,
+``W(alpha) = X^T (r A')`` and the prox iterate ``W_in``; the reported gap and the stopping rule
+are ``P(W) - D(alpha)`` for the better of the two (``W(alpha)`` only in kernel mode, whose
+model scores are ``K A``), and the returned ``W`` is that point.
 
 **kappa and the momentum.** ``kappa = R^2 / (n mu) - lambda`` makes each proximal problem's
 condition number 1 (``lambda' n mu = R^2``), so one epoch, warm-started from the previous

@@ -182,7 +182,7 @@ class SDCAProblem:
 
     A primal point is held in its *representation* ``rep``: ``W`` (d x m) for features, the
     coefficient matrix ``B`` (n x m, ``W = sum_r phi(x_r) B_r``) for a Gram matrix.  The dual
-    ``A`` defines ``rep(A) = X^T A`` resp. ``A``; the reported model is always that pair.
+    ``A`` defines ``rep(A) = X^T A`` resp. ``A``.
     """
 
     def __init__(self, X, y, *, gram: bool, n_classes: int, loss_id: int, k: int):
@@ -205,10 +205,6 @@ class SDCAProblem:
     def rep_of(self, A) -> np.ndarray:
         """The primal point the dual ``A`` defines: ``X^T A`` (features) or a copy of ``A``."""
         return np.array(A, dtype=np.float64) if self.kind == "gram" else features_t_dot(self.X, A)
-
-    def zero_rep(self) -> np.ndarray:
-        rows = self.n if self.kind == "gram" else self.X.shape[1]
-        return np.zeros((rows, self.m))
 
     def run_epochs(self, A, rep, perms, C: float, gamma: float, troots) -> int:
         """``perms.shape[0]`` SDCA epochs on the dual ``A`` (scaled for ``C``) and the primal
@@ -470,7 +466,7 @@ def solve_sdca(
     if prob.kind == "gram":
         W = A  # the kernel's scores come from A itself (no offset)
     else:
-        W = prob.rep_of(A) if A0 is not None else prob.zero_rep()
+        W = prob.rep_of(A) if A0 is not None else np.zeros((prob.X.shape[1], m))
     run = Run(n, eps=eps, max_epochs=max_epochs, time_limit=time_limit, seed=seed,
               on_eval=on_eval)  # fmt: skip
     primal, dual = prob.objective(A, W, C, gamma, gaps)
