@@ -397,7 +397,29 @@ def report(
     rep = build_report(exp)
     paths = write_report(exp, rep)
     sys.stdout.write(rep.markdown)
+    if rep.incomplete:
+        log.warning("the sweep of this configuration is incomplete: see the report's first line")
     sys.stderr.write("written: " + ", ".join(str(p) for p in paths) + "\n")
+
+
+@app.command(
+    help="Write an experiment's records (every configuration in its results directory) to a "
+    "Parquet or CSV file. Example: export experiment=table3 --out results/table3.parquet"
+)
+@_handle_errors
+def export(
+    overrides: list[str] = typer.Argument(
+        None, help="Hydra overrides; experiment=NAME is required"
+    ),
+    out: Path = typer.Option(..., "--out", help="file to write: .parquet or .csv"),
+) -> None:
+    from topkbench.config import ExperimentConfig
+    from topkbench.store import RecordStore
+
+    exp = ExperimentConfig.from_dict(compose(overrides))
+    store = RecordStore(exp.results_dir, exp.name)
+    path = store.export(out)
+    sys.stderr.write(f"written: {path}\n")
 
 
 @bench_app.command(

@@ -181,6 +181,9 @@ class ExperimentConfig:
     max_gram_gb: float = 8.0  # refuse RBF fits whose n x n Gram matrix would exceed this
     class_columns: tuple[str, ...] = ()  # class_ap layout: column names in label order
     threshold_rule: str = "grid"  # grid: delta selected per metric | cardinality: matched
+    # a selected fit stopped on the budget is continued from its dual until eps, within these
+    certify_time_limit: float = 600.0
+    certify_max_epochs: int = 1_000_000
 
     @property
     def multilabel(self) -> bool:
@@ -314,6 +317,8 @@ class ExperimentConfig:
             max_gram_gb=float(exp.get("max_gram_gb", 8.0)),
             class_columns=tuple(str(c) for c in exp.get("class_columns") or ()),
             threshold_rule=_choice(exp, "threshold_rule", "grid", ("grid", "cardinality")),
+            certify_time_limit=_positive(exp, "certify_time_limit", 600.0, float),
+            certify_max_epochs=_positive(exp, "certify_max_epochs", 1_000_000, int),
         )
 
 
@@ -329,6 +334,18 @@ def _log_grid(exp: dict[str, Any], key: str) -> tuple[tuple[float, ...], float, 
         )
     exps = lo + step * np.arange(int(round((hi - lo) / step)) + 1)
     return tuple(float(base**e) for e in exps), base, step
+
+
+def _positive(d: dict[str, Any], key: str, default, cast):
+    value = d.get(key, default)
+    try:
+        out = cast(value)
+        ok = out > 0 and out == float(value)
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ConfigError(f"{key} must be a positive {cast.__name__}; got {value!r}")
+    return out
 
 
 def _choice(d: dict[str, Any], key: str, default: str, allowed: tuple[str, ...]) -> str:

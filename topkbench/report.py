@@ -87,6 +87,7 @@ class TableReport:
     table: pd.DataFrame
     selected: pd.DataFrame
     latex: str | None = None
+    incomplete: bool = False
 
 
 def _fmt(x: float) -> str:
@@ -106,6 +107,7 @@ def _summarize(row, block, paper_row, selected, published, ks) -> dict[str, obje
             t = sel["test"].to_numpy()
             entry.update(
                 {
+                    f"top{k}_uncertified": int((sel["status"] != "converged").sum()),
                     f"top{k}_mean": t.mean(),
                     f"top{k}_std": t.std(ddof=1) if len(t) > 1 else 0.0,
                     f"top{k}_min": t.min(),
@@ -132,7 +134,8 @@ def _render_block(title: str, table: pd.DataFrame, ks, extra: bool) -> list[str]
         for k in ks:
             n = int(r.get(f"top{k}_draws", 0) or 0)
             if n:
-                cells.append(f"{r[f'top{k}_mean']:.1f} ± {r[f'top{k}_std']:.1f}")
+                mark = UNCERTIFIED if r.get(f"top{k}_uncertified", 0) else ""
+                cells.append(f"{r[f'top{k}_mean']:.1f} ± {r[f'top{k}_std']:.1f}{mark}")
                 cells.append(f"{r[f'top{k}_min']:.1f}–{r[f'top{k}_max']:.1f}")
             else:
                 cells += ["not run", ""]
@@ -148,25 +151,100 @@ def _render_block(title: str, table: pd.DataFrame, ks, extra: bool) -> list[str]
 
 
 def build_report(exp: ExperimentConfig) -> TableReport:
+    from topkbench.sweep import current_records
+
     store = RecordStore(exp.results_dir, exp.name)
-    records = store.load()
+    try:
+        everything = store.load()
+    finally:
+        store.close()
+    records = current_records(exp, everything)
     if records.empty:
         raise ConfigError(
-            f"no records for experiment {exp.name!r} under {store.records}",
-            hint=f"topkbench sweep experiment={exp.name}",
+            f"no records for experiment {exp.name!r} in this configuration under {store.dir}"
+            + (
+                f" ({len(everything)} records of other settings, data or code versions)"
+                if len(everything)
+                else ""
+            ),  # fmt: skip
+            hint=f"topkbench sweep experiment={exp.name} (with the same overrides)",
         )
     published = load_published(exp.published) if exp.published else pd.DataFrame()
     if exp.layout == "multilabel":
         from topkbench.report_multilabel import build_multilabel_report
 
-        return build_multilabel_report(exp, records, published)
-    if exp.layout == "class_ap":
+        rep = build_multilabel_report(exp, records, published)
+    elif exp.layout == "class_ap":
         from topkbench.report_multilabel import build_class_ap_report
 
-        return build_class_ap_report(exp, records, published)
-    selected = select_per_k(records, exp)
-    if exp.layout == "datasets":
-        return _build_datasets_report(exp, records, selected, published)
+        rep = build_class_ap_report(exp, records, published)
+    else:
+        selected = select_per_k(records, exp)
+        if exp.layout == "datasets":
+            rep = _build_datasets_report(exp, records, selected, published)
+        else:
+            rep = _build_rows_report(exp, records, selected, published)
+    return _with_store_notes(exp, rep, records, len(everything) - len(records))
+
+
+def missing_fits(exp: ExperimentConfig, records: pd.DataFrame) -> tuple[int, int]:
+    """(missing, expected) base-grid fits of the selection stage: a report on a partial sweep
+    says so instead of selecting from incomplete grids in silence."""
+    from topkbench.sweep import base_jobs
+
+    have = set(
+        zip(records["dataset"], records["draw"], records["row"], records["k"].astype(int),
+            records["gamma"].astype(float), records["fold"], records["C"].astype(float),
+            strict=True)
+    )  # fmt: skip
+    expected = missing = 0
+    for job in base_jobs(exp):
+        ds = exp.datasets[job.dataset].name
+        for C in job.C_values:
+            expected += 1
+            coords = (ds, job.draw, job.row.row, job.row.k, job.row.gamma, job.fold, C)
+            missing += coords not in have
+    return missing, expected
+
+
+UNCERTIFIED = "†"
+
+
+def _with_store_notes(exp, rep: TableReport, records, n_other: int) -> TableReport:
+    """Certification count and marks' legend, incompleteness and ignored records."""
+    sel = rep.selected
+    n_sel = len(sel)
+    n_cert = int((sel["status"] == "converged").sum()) if n_sel else 0
+    notes = [
+        f"Selected models certified (relative gap ≤ ε = {exp.eps:g}, or the gradient test of "
+        f"a nonconvex row): {n_cert} of {n_sel}."
+        + (
+            f" {UNCERTIFIED} marks a number from a model that is not (its gap is in selected.csv)."
+            if n_cert < n_sel
+            else ""
+        )  # fmt: skip
+    ]
+    if n_other:
+        notes.append(
+            f"{n_other} records in {Path(exp.results_dir) / exp.name} belong to other settings, "
+            "data files or code versions and were not used."
+        )
+    head = []
+    if not exp.multilabel or exp.layout != "class_ap":
+        missing, expected = missing_fits(exp, records)
+        if missing:
+            head = [
+                f"> **Incomplete sweep:** {missing} of {expected} grid fits are missing; the "
+                "selections below come from partial grids. Finish it with `topkbench sweep` "
+                "(same overrides).",
+                "",
+            ]
+    rep.markdown = "\n".join(head) + rep.markdown + "\n".join(notes) + "\n"
+    rep.incomplete = bool(head)
+    return rep
+
+
+def _build_rows_report(exp, records, selected, published) -> TableReport:
     row_specs = {r.row: r for r in exp.rows}
     main = [r.row for r in exp.rows if not r.block]
     if not published.empty:
@@ -187,21 +265,14 @@ def build_report(exp: ExperimentConfig) -> TableReport:
         lines += _render_block(title, table[table["block"] == block], exp.ks, bool(block))
     n_rec = len(records)
     n_conv = int((records["status"] == "converged").sum())
-    n_sel = len(selected)
-    n_sel_conv = int((selected["status"] == "converged").sum()) if n_sel else 0
     draws = sorted(records["draw"].unique())
     lines += [
         f"Test accuracy (%) of the C selected per column on the {exp.selection} split, over "
         f"{len(draws)} draw(s) (data seeds {exp.seed}..{exp.seed + len(draws) - 1}); "
         "std is the sample std across draws; Δ = our mean − paper.",
         f"Solver: SDCA to relative duality gap ε = {exp.eps:g} (budget {exp.max_epochs} epochs, "
-        f"{exp.time_limit} s per fit). {n_conv}/{n_rec} fits reached ε; "
-        f"{n_sel_conv}/{n_sel} selected models reached ε"
-        + (
-            "."
-            if n_sel_conv == n_sel
-            else " (the others stopped on the budget; their gap is recorded in the store)."
-        ),
+        f"{exp.time_limit} s per fit; a selected fit stopped on the budget is continued "
+        f"within {exp.certify_time_limit:g} s). {n_conv}/{n_rec} fits reached ε.",
         "Rows marked 'not run' are in the paper but not in this experiment's method list.",
     ]
     from topkbench.losses.registry import get_method
@@ -280,6 +351,7 @@ def _datasets_table(exp, selected, published) -> pd.DataFrame:
                         "ours_mean": mean,
                         "ours_std": t.std(ddof=1) if len(t) > 1 else (0.0 if len(t) else np.nan),
                         "draws": len(t),
+                        "uncertified": int((sel["status"] != "converged").sum()) if len(sel) else 0,
                         "C_selected": ";".join(f"{c:g}" for c in sel["C"]) if len(sel) else "",
                         "paper": paper,
                         "diff": mean - paper,
@@ -291,9 +363,10 @@ def _datasets_table(exp, selected, published) -> pd.DataFrame:
 def _cell(r, draws: int) -> str:
     if not r["draws"]:
         return ""
+    mark = UNCERTIFIED if r.get("uncertified", 0) else ""
     if draws > 1:
-        return f"{r['ours_mean']:.1f} ± {r['ours_std']:.1f}"
-    return f"{r['ours_mean']:.1f}"
+        return f"{r['ours_mean']:.1f} ± {r['ours_std']:.1f}{mark}"
+    return f"{r['ours_mean']:.1f}{mark}"
 
 
 def markdown_blocks(exp, table, titles, columns, cells) -> list[str]:

@@ -139,6 +139,7 @@ def multilabel_table(exp, selected: pd.DataFrame, published: pd.DataFrame) -> pd
                         "ours_mean": mean,
                         "ours_std": t.std(ddof=1) if len(t) > 1 else (0.0 if len(t) else np.nan),
                         "draws": len(t),
+                        "uncertified": int((sel["status"] != "converged").sum()) if len(sel) else 0,
                         "paper": paper,
                         "diff": mean - paper,
                         "run": row in rows_run,
@@ -153,6 +154,10 @@ def _cells(t: pd.DataFrame, row: str, metric: str, draws: int) -> tuple[str, str
         ours = _fmt(metric, r["ours_mean"])
         if draws > 1:
             ours += " ± " + _fmt(metric, r["ours_std"])
+        if r["uncertified"]:
+            from topkbench.report import UNCERTIFIED
+
+            ours += UNCERTIFIED
     else:
         ours = "—" if r["run"] else "not run"
     return ours, _fmt(metric, r["paper"]), _fmt(metric, r["diff"], signed=True)

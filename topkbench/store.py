@@ -1,17 +1,36 @@
-"""Record store (DESIGN §8): one atomically written parquet file per finished record.
+"""Record store (DESIGN §8): one SQLite database per experiment, one writer.
 
-A record is keyed by the SHA-256 of its canonical spec (dataset, draw/split, method, parameters,
-seed, stopping rule, code version).  Files are written to a temporary name in the same directory
-and renamed, so an interrupted sweep never leaves a partial record, and a re-run skips every key
-already present.
+``<results_dir>/<experiment>/records.sqlite`` holds a row per finished record, keyed by the
+SHA-256 of its canonical spec (:func:`spec_key`; the sweep builds the spec from the data files'
+contents, every solver setting, the protocol, the seed and the code version).  Guarantees:
+
+* **Atomic records.** Each record is committed in its own transaction, together with its
+  warm-start checkpoint row, so a killed run leaves a whole record or none.
+* **One writer.** Only a sweep's driver process writes; it holds :class:`WriterLock` for the
+  whole sweep, and a second sweep on the same directory is refused with the holder's pid.
+  Workers compute and hand records to the driver.
+* **Consistent reads.** The database runs in WAL mode: ``report`` (any reader) sees a snapshot
+  of committed records while a sweep writes.
+* **Checkpoints verified on read.** Dual checkpoints can be large (n x m floats), so they are
+  ``.npy`` files written atomically under ``warm/``; the database row stores their SHA-256,
+  and a file that does not match is ignored with a warning, never fatal.
+
+The older layout (one parquet file per record under ``records/``) had no content-addressed
+keys; such a directory is refused with a message rather than mixed with new records.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
+import io
 import json
+import logging
+import math
 import os
 import platform
+import sqlite3
 import subprocess
 import tempfile
 from datetime import UTC, datetime
@@ -21,6 +40,13 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from topkbench.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+SCHEMA = 1
+DB_NAME = "records.sqlite"
 
 
 def spec_key(spec: dict[str, Any]) -> str:
@@ -57,97 +83,247 @@ def provenance() -> dict[str, str]:
     }
 
 
-def _atomic_write(df: pd.DataFrame, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".parquet")
-    os.close(fd)
-    try:
-        df.to_parquet(tmp, index=False)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def _json_default(v: Any) -> Any:
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, tuple):
+        return list(v)
+    raise TypeError(f"record value of type {type(v).__name__} cannot be stored: {v!r}")
+
+
+def _encode(record: dict[str, Any]) -> str:
+    return json.dumps(record, default=_json_default, allow_nan=True, separators=(",", ":"))
+
+
+class StoreError(ConfigError):
+    """The results directory cannot be used (locked, unwritable, an old layout)."""
 
 
 class RecordStore:
-    """Records of one experiment under ``<root>/<experiment>/records``."""
+    """Records of one experiment under ``<root>/<experiment>/``.
+
+    Readers (``has``, ``keys``, ``load``, ``load_warm``) work on any store; ``write`` and
+    ``save_warm`` are for the process that holds the :class:`WriterLock`.
+    """
 
     def __init__(self, root: str | os.PathLike, experiment: str) -> None:
         self.dir = Path(root) / experiment
-        self.records = self.dir / "records"
+        self.db = self.dir / DB_NAME
         self.warm = self.dir / "warm"
+        self._conn: sqlite3.Connection | None = None
+        legacy = self.dir / "records"
+        if legacy.is_dir() and any(legacy.glob("*.parquet")):
+            raise StoreError(
+                f"{self.dir} holds records of an older topkbench (records/*.parquet), whose keys "
+                "do not cover the data files' contents and every solver setting",
+                hint=f"move it away or delete it, then re-run the sweep: rm -r {self.dir}",
+            )
 
+    # -- connection --------------------------------------------------------------------------
+    def _connect(self, create: bool) -> sqlite3.Connection | None:
+        if self._conn is not None:
+            return self._conn
+        if not create and not self.db.exists():
+            return None
+        if create:
+            if self.dir.exists() and not self.dir.is_dir():
+                raise StoreError(f"results path {self.dir} is a file, not a directory")
+            try:
+                self.dir.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(f"cannot create results directory {self.dir}: {exc}") from None
+        try:
+            conn = sqlite3.connect(self.db, timeout=60.0, isolation_level=None)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS records (key TEXT PRIMARY KEY, body TEXT NOT NULL, "
+                "finished_at TEXT NOT NULL)"
+            )
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS checkpoints (key TEXT PRIMARY KEY, C REAL NOT NULL, "
+                "file TEXT NOT NULL, sha256 TEXT NOT NULL)"
+            )
+            conn.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT)")
+            conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA),))
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open record store {self.db}: {exc}") from None
+        schema = conn.execute("SELECT value FROM meta WHERE name = 'schema'").fetchone()
+        if schema is None or int(schema[0]) != SCHEMA:
+            conn.close()
+            raise StoreError(
+                f"{self.db} has store schema {schema and schema[0]}, this topkbench reads "
+                f"schema {SCHEMA}",
+                hint=f"use another results_dir, or delete {self.dir}",
+            )
+        self._conn = conn
+        return conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    # -- records -----------------------------------------------------------------------------
     def has(self, key: str) -> bool:
-        return (self.records / f"{key}.parquet").exists()
+        conn = self._connect(create=False)
+        return bool(conn and conn.execute("SELECT 1 FROM records WHERE key = ?", (key,)).fetchone())
 
-    def write(self, key: str, record: dict[str, Any]) -> None:
-        row = {
-            "key": key,
-            **record,
-            **provenance(),
-            "finished_at": datetime.now(UTC).isoformat(),
-        }
-        _atomic_write(pd.DataFrame([row]), self.records / f"{key}.parquet")
+    def keys(self) -> set[str]:
+        conn = self._connect(create=False)
+        return {k for (k,) in conn.execute("SELECT key FROM records")} if conn else set()
+
+    def write(
+        self,
+        key: str,
+        record: dict[str, Any],
+        checkpoints: tuple[tuple[str, float, np.ndarray], ...] = (),
+    ) -> None:
+        """Commit one record (replacing a record of the same key) and its warm-start
+        checkpoints ``(checkpoint key, C, A)`` in one transaction."""
+        row = {"key": key, **record, **provenance()}
+        now = datetime.now(UTC).isoformat()
+        row["finished_at"] = now
+        cks = [self._write_checkpoint_file(*c) for c in checkpoints]
+        conn = self._connect(create=True)
+        with self._transaction(conn):
+            conn.execute(
+                "INSERT OR REPLACE INTO records VALUES (?, ?, ?)", (key, _encode(row), now)
+            )
+            for ck in cks:
+                conn.execute("INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?, ?)", ck)
+
+    @contextlib.contextmanager
+    def _transaction(self, conn: sqlite3.Connection):
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise StoreError(f"record store {self.db} is not writable: {exc}") from None
+        try:
+            yield
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
 
     def load(self) -> pd.DataFrame:
-        """All records, one row each, sorted by key.
-
-        The per-record files are the source of truth (each is written atomically).  Reading
-        tens of thousands of small files is slow (about 2.5 ms each), so the rows read are
-        also kept in one consolidated file, ``records.parquet`` beside ``records/``, rewritten
-        atomically whenever new records appear; rows whose record file is gone are dropped.
-        """
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        files = {f.stem: f for f in self.records.glob("*.parquet")} if self.records.exists() else {}
-        if not files:
+        """All records (one consistent snapshot), one row each, sorted by key."""
+        conn = self._connect(create=False)
+        if conn is None:
             return pd.DataFrame()
-        cache = self.dir / "records.parquet"
-        parts = []
-        have: set[str] = set()
-        if cache.exists():
-            try:
-                base = pq.read_table(cache)
-                keep = pa.array([k in files for k in base.column("key").to_pylist()])
-                base = base.filter(keep)
-                have = set(base.column("key").to_pylist())
-                parts.append(base)
-            except (OSError, pa.ArrowException, KeyError):
-                cache.unlink(missing_ok=True)
-        new = [files[k] for k in sorted(set(files) - have)]
-        if new:
-            from concurrent.futures import ThreadPoolExecutor
+        rows = [json.loads(b) for (b,) in conn.execute("SELECT body FROM records ORDER BY key")]
+        return pd.DataFrame(rows)
 
-            with ThreadPoolExecutor(max_workers=4) as pool:  # pyarrow reads without the GIL
-                parts += list(pool.map(pq.read_table, new))
-        table = pa.concat_tables(parts, promote_options="default")
-        if new:
-            fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".tmp-", suffix=".parquet")
-            os.close(fd)
-            try:
-                pq.write_table(table, tmp)
-                os.replace(tmp, cache)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
-        return table.to_pandas().sort_values("key", kind="stable").reset_index(drop=True)
-
-    # warm-start checkpoints: the dual of the last finished point of a C path
-    def save_warm(self, path_key: str, C: float, A: np.ndarray) -> None:
+    # -- warm-start checkpoints --------------------------------------------------------------
+    def _write_checkpoint_file(self, key: str, C: float, A: np.ndarray):
         self.warm.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.warm, prefix=".tmp-", suffix=".npz")
-        os.close(fd)
+        buf = io.BytesIO()
+        np.save(buf, np.ascontiguousarray(A))
+        data = buf.getvalue()
+        name = f"{key}.npy"
+        fd, tmp = tempfile.mkstemp(dir=self.warm, prefix=".tmp-", suffix=".npy")
         try:
-            np.savez(tmp, C=np.float64(C), A=A)
-            os.replace(tmp, self.warm / f"{path_key}.npz")
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            os.replace(tmp, self.warm / name)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+        return key, float(C), name, hashlib.sha256(data).hexdigest()
 
-    def load_warm(self, path_key: str) -> tuple[float, np.ndarray] | None:
-        f = self.warm / f"{path_key}.npz"
-        if not f.exists():
+    def save_warm(self, key: str, C: float, A: np.ndarray) -> None:
+        ck = self._write_checkpoint_file(key, C, A)
+        conn = self._connect(create=True)
+        with self._transaction(conn):
+            conn.execute("INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?, ?)", ck)
+
+    def load_warm(self, key: str) -> tuple[float, np.ndarray] | None:
+        """The checkpoint ``(C, A)`` under ``key``, or None (absent, or its file is missing or
+        does not match its recorded SHA-256: logged and ignored)."""
+        conn = self._connect(create=False)
+        row = (
+            conn
+            and conn.execute(
+                "SELECT C, file, sha256 FROM checkpoints WHERE key = ?", (key,)
+            ).fetchone()
+        )
+        if not row:
             return None
-        with np.load(f) as z:
-            return float(z["C"]), z["A"].copy()
+        C, name, digest = row
+        path = self.warm / name
+        try:
+            data = path.read_bytes()
+            if hashlib.sha256(data).hexdigest() != digest:
+                raise ValueError("its SHA-256 does not match the record store")
+            A = np.load(io.BytesIO(data), allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            log.warning("warm-start checkpoint %s ignored (%s); the fit starts cold", path, exc)
+            return None
+        if not math.isfinite(C) or not np.isfinite(A).all():
+            log.warning("warm-start checkpoint %s ignored (not finite)", path)
+            return None
+        return float(C), A
+
+    def export(self, path: str | os.PathLike) -> Path:
+        """Write every record to ``path`` (``.parquet`` or ``.csv``, atomically)."""
+        path = Path(path)
+        df = self.load()
+        for col in df.columns:  # JSON keeps mixed types (eval_every "auto" or 3): as text
+            if df[col].dtype == object and df[col].map(type).nunique() > 1:
+                df[col] = df[col].map(lambda v: None if v is None else str(v))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
+        os.close(fd)
+        try:
+            if path.suffix == ".parquet":
+                df.to_parquet(tmp, index=False)
+            elif path.suffix == ".csv":
+                df.to_csv(tmp, index=False)
+            else:
+                raise ConfigError(f"export to {path}: use a .parquet or .csv file name")
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return path
+
+
+class WriterLock:
+    """Exclusive right to write an experiment's records (held by a sweep's driver).
+
+    An advisory ``flock`` on ``<dir>/sweep.lock``; the kernel drops it when the holder dies, so
+    a killed sweep never leaves a stale lock.  The file names the holder for the refusal.
+    """
+
+    def __init__(self, store: RecordStore) -> None:
+        self.path = store.dir / "sweep.lock"
+        self._fh = None
+
+    def __enter__(self) -> WriterLock:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fh = open(self.path, "a+")  # noqa: SIM115 - held for the lock's lifetime
+        except OSError as exc:
+            raise StoreError(f"cannot use results directory {self.path.parent}: {exc}") from None
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "another process"
+            fh.close()
+            raise StoreError(
+                f"another sweep is writing to {self.path.parent} ({holder})",
+                hint="wait for it to finish, or give this sweep another results_dir",
+            ) from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"pid {os.getpid()} on {platform.node()}, since {datetime.now(UTC):%H:%M:%S} UTC")
+        fh.flush()
+        self._fh = fh
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._fh is not None:
+            fcntl.flock(self._fh, fcntl.LOCK_UN)
+            self._fh.close()
+            self._fh = None

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import os
 import time
 import warnings
 from collections.abc import Callable, Iterable
@@ -41,6 +42,7 @@ log = logging.getLogger(__name__)
 REFIT = "refit"
 VAL = "val"
 HALF = "half"  # train on one random half of train, validate on the other (Tables 10-12)
+ACCELERATE = "auto"  # fit's SDCA acceleration rule for every sweep fit
 
 
 def cv_fold_name(i: int, n_folds: int) -> str:
@@ -85,12 +87,20 @@ def record_spec(
     init_C: float | None = None,
     theta: float | None = None,
 ) -> dict[str, Any]:
-    """The canonical spec of one record (its hash is the record key)."""
+    """The canonical spec of one record; its hash is the record key (DESIGN §8).
+
+    It covers everything that changes the record's numbers: the dataset's options and the
+    SHA-256 of every file it reads, the draw, fold and protocol, the method with every solver
+    setting, the seed and the code version.  The sweep and the report use this one function,
+    so a report reads exactly the records of the configuration it names.
+    """
     import topkbench
+    from topkbench.data.dataset import file_digests
 
     spec = {
         "experiment": exp.name,
         "dataset": ds.spec_dict(),
+        "data_sha256": file_digests(ds),
         "draw": draw,
         "data_seed": exp.seed + draw,
         "fold": fold,
@@ -102,6 +112,7 @@ def record_spec(
         "max_epochs": exp.max_epochs,
         "time_limit": exp.time_limit,
         "eval_every": exp.eval_every,
+        "accelerate": ACCELERATE,
         "version": topkbench.__version__,
     }
     if init_C is not None:
@@ -212,150 +223,223 @@ def _gram_gb(data: PathData) -> float:
     return 8.0 * n * (n + sum(X.shape[0] for X, _, _ in data.evals.values())) / 2**30
 
 
-def run_path(exp: ExperimentConfig, job: PathJob) -> PathSummary:
-    """Run (or resume) one path; returns counts."""
-    from topkbench.evaluation import multilabel_record
-    from topkbench.metrics.multilabel import delta_grid
-    from topkbench.metrics.topk import topk_accuracy
-    from topkbench.model import fit
+@dataclass(frozen=True)
+class PathTask:
+    """A path as the driver hands it to a worker: each C with its record key and spec and
+    whether the store already holds it, and the path's warm-start checkpoint (its largest
+    finished C).  Workers never read or write the store."""
 
-    deltas = delta_grid(exp.delta_grid)
+    job: PathJob
+    points: tuple[tuple[float, str, dict[str, Any], bool], ...]  # (C, key, spec, cached)
+    path_key: str
+    checkpoint: tuple[float, np.ndarray] | None = None
+
+    def run(self, exp: ExperimentConfig, emit: Emit) -> PathSummary:
+        return run_path(exp, self, emit)
+
+
+Emit = Callable[[str, dict[str, Any], tuple], None]  # (key, record, checkpoints)
+
+
+def plan_path(exp: ExperimentConfig, job: PathJob, store: RecordStore, done: set[str]) -> PathTask:
+    """The task of ``job`` against the store's finished keys ``done`` (driver side)."""
+    ds = exp.datasets[job.dataset]
+    points = []
+    for C in sorted(job.C_values):
+        spec = record_spec(exp, ds, job.row, job.draw, job.fold, C, job.init_C, job.theta)
+        key = spec_key(spec)
+        points.append((C, key, spec, key in done))
+    path_key = spec_key(
+        record_spec(exp, ds, job.row, job.draw, job.fold, None, job.init_C, job.theta)
+    )
+    ck = None
+    if exp.warm_start and job.init_C is None and not all(p[3] for p in points):
+        ck = store.load_warm(path_key)
+    return PathTask(job, tuple(points), path_key, ck)
+
+
+def run_path(exp: ExperimentConfig, task: PathTask, emit: Emit) -> PathSummary:
+    """Run (or resume) one path, handing each finished record to ``emit``; returns counts.
+
+    Each record goes with its checkpoints: the path's (the dual at its largest finished C, the
+    warm start of a resumed path) and, for a fit stopped on the budget, the point's own (from
+    which :func:`certify_selected` continues it).
+    """
+    job = task.job
     start = time.perf_counter()
     ds = exp.datasets[job.dataset]
     row, draw, fold = job.row, job.draw, job.fold
-    store = RecordStore(exp.results_dir, exp.name)
     summary = PathSummary(row=row.row, draw=draw, dataset=ds.name, fold=fold)
     data_seed = exp.seed + draw
     init_C = job.init_C
-    theta = job.theta
-    path_key = spec_key(record_spec(exp, ds, row, draw, fold, None, init_C, theta))
-    data = None
-    init_model = None
-    ck: tuple[float, np.ndarray] | None = None
+    ctx = None
+    ck = task.checkpoint
     prev_model = None
     errors: list[str] = []
-    for C in sorted(job.C_values):
-        spec = record_spec(exp, ds, row, draw, fold, C, init_C, theta)
-        key = spec_key(spec)
-        if store.has(key):
+    for C, key, spec, cached in task.points:
+        if cached:
             summary.cached += 1
             prev_model = None
             continue
-        if data is None:
-            dataset = cached_dataset(ds, data_seed)
-            if row.k >= dataset.n_classes:
-                summary.skipped = len(job.C_values) - summary.cached
-                log.info(
-                    "%s on %s: k = %d >= m = %d, skipped",
-                    row.row,
-                    ds.name,
-                    row.k,
-                    dataset.n_classes,
-                )
-                break
-            if dataset.multilabel != exp.multilabel:
-                summary.failed = len(job.C_values) - summary.cached
-                msg = (
-                    f"{ds.name} is {'multi' if dataset.multilabel else 'single'}-label data but "
-                    f"experiment {exp.name} is a "
-                    f"{'multilabel' if exp.multilabel else 'top-k'} protocol"
-                )
-                errors.append(msg)
-                log.error("%s", msg)
-                break
-            data = _path_data(dataset, fold, exp.folds, data_seed, row.method)
-            train_cardinality = _train_cardinality(dataset) if dataset.multilabel else None
-            if theta is not None:
-                gb = _gram_gb(data)
-                if gb > exp.max_gram_gb:
-                    summary.failed = len(job.C_values) - summary.cached
-                    msg = (
-                        f"RBF Gram matrices of {data.X.shape[0]} training examples need "
-                        f"{gb:.1f} GB > max_gram_gb = {exp.max_gram_gb:g} (experiment option)"
-                    )
+        if ctx is None:
+            ctx, msg = _path_context(exp, job, data_seed)
+            if msg is not None:
+                n_left = len(task.points) - summary.cached
+                if msg.startswith("skip:"):
+                    summary.skipped = n_left
+                    log.info("%s", msg[5:])
+                else:
+                    summary.failed = n_left
                     errors.append(msg)
                     log.error("%s %s %s: %s", ds.name, row.row, fold, msg)
-                    break
-                from topkbench.gram import rbf_kernel
-
-                data.K_train = rbf_kernel(data.X, theta=theta)
-                data.K_evals = {
-                    s: rbf_kernel(Xs, data.X, theta=theta) for s, (Xs, _, _) in data.evals.items()
-                }
-            # the path's checkpoint (its largest finished C), read once per job
-            ck = store.load_warm(path_key) if exp.warm_start and init_C is None else None
-            if init_C is not None:  # TPAMI §6.2: Ent_tr starts from the selected LR^Multi
-                init_model = _init_model(exp, data, init_C, data_seed, dataset.n_classes)
-        Xtr, ytr = data.X, data.y
+                break
+        data = ctx.data
         # warm start from the largest finished C <= C of this path: the previous point of
         # this job, or the checkpoint
         warm = prev_model if exp.warm_start and init_C is None else None
-        if ck is not None and ck[0] <= C and ck[1].shape[0] == Xtr.shape[0]:
+        if ck is not None and ck[0] <= C and ck[1].shape[0] == data.X.shape[0]:
             if warm is None or ck[0] > warm.params["C"]:
                 warm = ck
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                model = fit(
-                    None if data.K_train is not None else Xtr,
-                    ytr,
-                    row.method,
-                    K=data.K_train,
-                    check_kernel=False,  # built by rbf_kernel for this path
-                    **row.fit_options(),
-                    C=C,
-                    k=row.k,
-                    gamma=row.gamma,
-                    eps=exp.eps,
-                    max_epochs=exp.max_epochs,
-                    time_limit=exp.time_limit,
-                    eval_every=exp.eval_every,
-                    seed=data_seed,
-                    n_classes=dataset.n_classes,
-                    warm_start=warm,
-                    init=init_model,
-                    warn=False,
-                )
+            model = _fit_point(exp, job, ctx, C, data_seed, warm)
         except TopkbenchError as exc:
             summary.failed += 1
             errors.append(f"C={C:g}: {exc}")
             log.error("%s %s draw %d %s C=%g failed: %s", ds.name, row.row, draw, fold, C, exc)
             prev_model = None
             continue
-        record: dict[str, Any] = {
-            **{k: v for k, v in spec.items() if k != "dataset"},
-            "dataset": ds.name,
-            "row": row.row,
-            "status": model.status,
-            "primal": model.primal,
-            "dual": model.dual,
-            "relative_gap": model.relative_gap,
-            "epochs": model.epochs,
-            "train_seconds": model.train_seconds,
-            "warm_started": warm is not None,
-            "n_train": int(Xtr.shape[0]),
-            "n_features": int(Xtr.shape[1]),
-            "n_classes": dataset.n_classes,
-        }
-        for split, (_, ys, groups) in data.evals.items():
-            scores = data.scores(model, split)
-            if dataset.multilabel:
-                S = scores if groups is None else groups.pool(scores)
-                record.update(multilabel_record(split, S, ys, deltas, train_cardinality))
-            else:
-                ks = [k for k in range(1, dataset.n_classes) if k <= max(exp.ks)]
-                for k, v in topk_accuracy(scores, ys, ks).items():
-                    record[f"{split}_top{k}"] = v
+        record = _record(spec, ds, row, ctx, model, warm is not None)
+        checkpoints = []
         if exp.warm_start and init_C is None and (ck is None or C > ck[0]):
-            store.save_warm(path_key, C, model.A)
+            checkpoints.append((task.path_key, C, model.A))
             ck = (C, model.A)
-        store.write(key, record)
+        if _certifiable(row, model):
+            checkpoints.append((key, C, model.A))
+        emit(key, record, tuple(checkpoints))
         summary.done += 1
         summary.not_converged += model.status != "converged"
         prev_model = model
     summary.seconds = time.perf_counter() - start
     summary.errors = tuple(errors)
     return summary
+
+
+@dataclass
+class _Context:
+    """What the fits of one path share: its data, the dataset and the Ent_tr start."""
+
+    data: PathData
+    dataset: Any
+    deltas: Any
+    train_cardinality: float | None
+    ks_max: int
+    init_model: Any = None
+
+
+def _path_context(exp: ExperimentConfig, job: PathJob, data_seed: int):
+    """(context, None), or (None, message): ``"skip: ..."`` when the row does not apply."""
+    from topkbench.metrics.multilabel import delta_grid
+
+    ds = exp.datasets[job.dataset]
+    dataset = cached_dataset(ds, data_seed)
+    row = job.row
+    if row.k >= dataset.n_classes:
+        return None, f"skip:{row.row} on {ds.name}: k = {row.k} >= m = {dataset.n_classes}, skipped"
+    if dataset.multilabel != exp.multilabel:
+        return None, (
+            f"{ds.name} is {'multi' if dataset.multilabel else 'single'}-label data but "
+            f"experiment {exp.name} is a {'multilabel' if exp.multilabel else 'top-k'} protocol"
+        )
+    data = _path_data(dataset, job.fold, exp.folds, data_seed, row.method)
+    if job.theta is not None:
+        gb = _gram_gb(data)
+        if gb > exp.max_gram_gb:
+            return None, (
+                f"RBF Gram matrices of {data.X.shape[0]} training examples need {gb:.1f} GB > "
+                f"max_gram_gb = {exp.max_gram_gb:g} (experiment option)"
+            )
+        from topkbench.gram import rbf_kernel
+
+        data.K_train = rbf_kernel(data.X, theta=job.theta)
+        data.K_evals = {
+            s: rbf_kernel(Xs, data.X, theta=job.theta) for s, (Xs, _, _) in data.evals.items()
+        }
+    ctx = _Context(
+        data, dataset, delta_grid(exp.delta_grid),
+        _train_cardinality(dataset) if dataset.multilabel else None, max(exp.ks, default=1),
+    )  # fmt: skip
+    if job.init_C is not None:  # TPAMI §6.2: Ent_tr starts from the selected LR^Multi
+        ctx.init_model = _init_model(exp, data, job.init_C, data_seed, dataset.n_classes)
+    return ctx, None
+
+
+def _fit_point(exp, job: PathJob, ctx: _Context, C: float, seed: int, warm, **budget):
+    """One fit of a path at ``C`` (``budget`` overrides the experiment's stopping rule)."""
+    from topkbench.model import fit
+
+    data, row = ctx.data, job.row
+    stop = {"eps": exp.eps, "max_epochs": exp.max_epochs, "time_limit": exp.time_limit,
+            "eval_every": exp.eval_every, **budget}  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fit(
+            None if data.K_train is not None else data.X,
+            data.y,
+            row.method,
+            K=data.K_train,
+            check_kernel=False,  # built by rbf_kernel for this path
+            **row.fit_options(),
+            C=C,
+            k=row.k,
+            gamma=row.gamma,
+            **stop,
+            seed=seed,
+            n_classes=ctx.dataset.n_classes,
+            warm_start=warm,
+            init=ctx.init_model,
+            accelerate=ACCELERATE,
+            warn=False,
+        )
+
+
+def _record(spec, ds, row: SweepRow, ctx: _Context, model, warm_started: bool) -> dict[str, Any]:
+    """The stored record of one fit: its spec, certificate and held-out metrics."""
+    from topkbench.evaluation import multilabel_record
+    from topkbench.metrics.topk import topk_accuracy
+
+    data, dataset = ctx.data, ctx.dataset
+    record: dict[str, Any] = {
+        **{k: v for k, v in spec.items() if k not in ("dataset", "data_sha256")},
+        "dataset": ds.name,
+        "row": row.row,
+        "status": model.status,
+        "primal": model.primal,
+        "dual": model.dual,
+        "relative_gap": model.relative_gap,
+        "epochs": model.epochs,
+        "train_seconds": model.train_seconds,
+        "warm_started": warm_started,
+        "n_train": int(data.X.shape[0]),
+        "n_features": int(data.X.shape[1]),
+        "n_classes": dataset.n_classes,
+    }
+    for split, (_, ys, groups) in data.evals.items():
+        scores = data.scores(model, split)
+        if dataset.multilabel:
+            S = scores if groups is None else groups.pool(scores)
+            record.update(multilabel_record(split, S, ys, ctx.deltas, ctx.train_cardinality))
+        else:
+            ks = [k for k in range(1, dataset.n_classes) if k <= ctx.ks_max]
+            for k, v in topk_accuracy(scores, ys, ks).items():
+                record[f"{split}_top{k}"] = v
+    return record
+
+
+def _certifiable(row: SweepRow, model) -> bool:
+    """A convex fit stopped on its budget, which can be continued from its dual."""
+    from topkbench.losses.registry import get_method
+
+    return model.status != "converged" and get_method(row.method).solver != "lbfgs"
 
 
 def _train_cardinality(dataset) -> float:
@@ -517,20 +601,36 @@ def _extension_jobs(
     return jobs
 
 
-def _refit_jobs(
-    exp: ExperimentConfig, records: pd.DataFrame, init: dict[tuple, float]
-) -> list[PathJob]:
-    jobs = []
+@dataclass(frozen=True)
+class Selected:
+    """The C values a protocol selected for one variant (k, gamma, theta) of a row."""
+
+    dataset: int
+    draw: int
+    row: SweepRow  # the variant
+    theta: float | None
+    Cs: tuple[float, ...]
+    folds: tuple[str, ...]  # the selection folds
+    grid: tuple[float, ...]  # the C values the selection saw (the refit path walks them)
+
+
+def selected_points(
+    exp: ExperimentConfig, records: pd.DataFrame, init: dict[tuple, float] | None = None
+) -> list[Selected]:
+    """What the selection rule picks from ``records``: per (dataset, draw, row, variant) the
+    selected C values (top-k: per column k; multilabel: per metric, DESIGN §7)."""
+    out: list[Selected] = []
+    if records.empty:
+        return out
     for di, ds in enumerate(exp.datasets):
-        if exp.selection_for(di) not in ("cv", HALF):
-            continue
         folds = selection_folds(exp, di)
-        recs_ds = records[records["dataset"] == ds.name] if not records.empty else records
+        recs_ds = records[records["dataset"] == ds.name]
         for draw in range(exp.draws):
             for row in exp.rows:
-                if recs_ds.empty:
-                    continue
                 recs = recs_ds[(recs_ds["draw"] == draw) & (recs_ds["row"] == row.row)]
+                if recs.empty:
+                    continue
+                recs = recs[recs["fold"].isin(folds)]
                 if exp.multilabel:
                     from topkbench.metrics.multilabel import delta_grid
                     from topkbench.multilabel_selection import refit_points
@@ -541,9 +641,13 @@ def _refit_jobs(
                     for (theta, k), Cs in sorted(
                         points.items(), key=lambda t: (t[0][0] or 0.0, t[0][1])
                     ):
+                        at = recs["k"] == k
+                        if theta is not None:
+                            at &= np.isclose(recs["theta"].astype(float), theta, rtol=1e-12)
+                        grid = tuple(sorted(set(recs.loc[at, "C"].astype(float))))
                         variant = dataclasses.replace(row, k=k)
-                        jobs.append(
-                            PathJob(di, draw, variant, REFIT, tuple(sorted(Cs)), None, theta)
+                        out.append(
+                            Selected(di, draw, variant, theta, tuple(sorted(Cs)), folds, grid)
                         )
                     continue
                 curve = mean_validation(recs, folds, exp.ks)
@@ -553,11 +657,154 @@ def _refit_jobs(
                     if p is not None:
                         v = point_row(row, p)
                         by_variant.setdefault((v.k, v.gamma), set()).add(p["C"])
-                init_C = init.get((di, draw, row.row))
                 for (kt, g), Cs in sorted(by_variant.items()):
+                    at = np.ones(len(curve), dtype=bool)
+                    for h, v in (("k", kt), ("gamma", g)):
+                        if h in curve:
+                            at &= curve[h].to_numpy() == v
+                    grid = tuple(sorted(set(curve.loc[at, "C"].astype(float))))
                     variant = dataclasses.replace(row, k=kt, gamma=g)
-                    jobs.append(PathJob(di, draw, variant, REFIT, tuple(sorted(Cs)), init_C))
+                    out.append(Selected(di, draw, variant, None, tuple(sorted(Cs)), folds, grid))
+    return out
+
+
+def _refit_jobs(
+    exp: ExperimentConfig, records: pd.DataFrame, init: dict[tuple, float]
+) -> list[PathJob]:
+    """Refits on all of train at the selected C values, for cross-validated datasets.
+
+    A refit path walks the selection's C grid from its smallest value up to the largest
+    selected C, warm-starting each fit from the previous one (a cold fit at a large C is what
+    stops on the budget on ill-conditioned data).
+    """
+    jobs = []
+    for sel in selected_points(exp, records):
+        if exp.selection_for(sel.dataset) not in ("cv", HALF):
+            continue
+        top = max(sel.Cs)
+        Cs = sorted({*(c for c in sel.grid if c <= top), *sel.Cs})
+        init_C = init.get((sel.dataset, sel.draw, sel.row.row))
+        if init_C is not None:  # Ent_tr fits start from LR^Multi: no path to walk
+            Cs = list(sel.Cs)
+        jobs.append(PathJob(sel.dataset, sel.draw, sel.row, REFIT, tuple(Cs), init_C, sel.theta))
     return jobs
+
+
+MAX_CERTIFY_ROUNDS = 4
+
+
+@dataclass(frozen=True)
+class CertifyTask:
+    """Continue one selected, budget-stopped fit from its stored dual until eps (within the
+    experiment's certify budget), and replace its record by the certified one."""
+
+    job: PathJob  # its one C
+    key: str
+    spec: dict[str, Any]
+    checkpoint: tuple[float, np.ndarray] | None
+    prior_epochs: int
+    prior_seconds: float
+
+    def run(self, exp: ExperimentConfig, emit: Emit) -> PathSummary:
+        job = self.job
+        ds = exp.datasets[job.dataset]
+        summary = PathSummary(row=job.row.row, draw=job.draw, dataset=ds.name, fold=job.fold)
+        start = time.perf_counter()
+        seed = exp.seed + job.draw
+        ctx, msg = _path_context(exp, job, seed)
+        if ctx is None:
+            summary.failed = 1
+            summary.errors = (msg,)
+            return summary
+        (C,) = job.C_values
+        try:
+            model = _fit_point(exp, job, ctx, C, seed, self.checkpoint,
+                               max_epochs=exp.certify_max_epochs,
+                               time_limit=exp.certify_time_limit)  # fmt: skip
+        except TopkbenchError as exc:
+            summary.failed = 1
+            summary.errors = (f"C={C:g}: {exc}",)
+            return summary
+        record = _record(self.spec, ds, job.row, ctx, model, self.checkpoint is not None)
+        record.update(
+            epochs=self.prior_epochs + model.epochs,
+            train_seconds=self.prior_seconds + model.train_seconds,
+            certify_epochs=model.epochs,
+            certify_seconds=model.train_seconds,
+            certify_time_limit=exp.certify_time_limit,
+        )
+        emit(self.key, record, ((self.key, C, model.A),) if _certifiable(job.row, model) else ())
+        summary.done = 1
+        summary.not_converged = int(model.status != "converged")
+        summary.seconds = time.perf_counter() - start
+        return summary
+
+
+def certify_tasks(exp: ExperimentConfig, store: RecordStore, records: pd.DataFrame) -> list:
+    """The selected fits (selection folds and refits) that stopped on the budget and were not
+    yet continued with this budget: each becomes a :class:`CertifyTask`."""
+    from topkbench.losses.registry import get_method
+
+    tasks = []
+    for sel in selected_points(exp, records):
+        if get_method(sel.row.method).solver == "lbfgs":
+            continue  # nonconvex: no certificate to reach
+        ds = exp.datasets[sel.dataset]
+        recs = records[
+            (records["dataset"] == ds.name)
+            & (records["draw"] == sel.draw)
+            & (records["row"] == sel.row.row)
+            & (records["k"] == sel.row.k)
+            & (records["gamma"] == sel.row.gamma)
+            & records["C"].isin(sel.Cs)
+            & records["fold"].isin([*sel.folds, REFIT])
+            & (records["status"] != "converged")
+        ]
+        if sel.theta is not None:
+            recs = recs[np.isclose(recs["theta"].astype(float), sel.theta, rtol=1e-12)]
+        if "certify_time_limit" in recs:
+            tried = recs["certify_time_limit"].astype(float) >= exp.certify_time_limit
+            recs = recs[~tried.fillna(False).to_numpy(dtype=bool)]
+        for rec in recs.to_dict("records"):
+            C = float(rec["C"])
+            job = PathJob(sel.dataset, sel.draw, sel.row, rec["fold"], (C,), None, sel.theta)
+            spec = record_spec(exp, ds, sel.row, sel.draw, rec["fold"], C, None, sel.theta)
+            tasks.append(
+                CertifyTask(
+                    job,
+                    rec["key"],
+                    spec,
+                    store.load_warm(rec["key"]),
+                    int(rec["epochs"]),
+                    float(rec["train_seconds"]),
+                )  # fmt: skip
+            )
+    return tasks
+
+
+def current_records(exp: ExperimentConfig, records: pd.DataFrame) -> pd.DataFrame:
+    """The records of ``exp``'s configuration (DESIGN §8): those whose stored key is the key
+    :func:`record_spec` gives their coordinates under ``exp``.  Records of other solver
+    settings, data file contents, row definitions or code versions are left out."""
+    if records.empty:
+        return records
+    rows = {r.row: r for r in exp.rows}
+    datasets = {d.name: d for d in exp.datasets}
+    keep = np.zeros(len(records), dtype=bool)
+    for i, rec in enumerate(records.to_dict("records")):
+        row, ds = rows.get(rec.get("row")), datasets.get(rec.get("dataset"))
+        if row is None or ds is None:
+            continue
+        variant = dataclasses.replace(row, k=int(rec["k"]), gamma=float(rec["gamma"]))
+        init_C, theta = (_opt_float(rec.get(h)) for h in ("init_C", "theta"))
+        spec = record_spec(exp, ds, variant, int(rec["draw"]), rec["fold"],
+                           _opt_float(rec["C"]), init_C, theta)  # fmt: skip
+        keep[i] = spec_key(spec) == rec["key"]
+    return records[keep].reset_index(drop=True)
+
+
+def _opt_float(v) -> float | None:
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
 
 
 def base_jobs(
@@ -609,38 +856,118 @@ def _init_Cs(exp, records: pd.DataFrame, lr: SweepRow, rows) -> dict[tuple, floa
     return out
 
 
-def _execute(
-    exp: ExperimentConfig,
-    jobs: list[PathJob],
-    on_path_done: Callable[[PathSummary], None] | None,
-) -> list[PathSummary]:
-    results: list[PathSummary] = []
+_QUEUE = None  # a pool worker's channel to the driver
 
-    def done(s: PathSummary) -> None:
-        results.append(s)
-        if on_path_done:
-            on_path_done(s)
 
-    if not jobs:
+def _worker_init(queue) -> None:
+    """Pool workers: records go to the driver through ``queue``; Ctrl-C is the driver's to
+    handle; and a worker dies with the driver (Linux ``PR_SET_PDEATHSIG``), so a killed sweep
+    leaves no orphan computing."""
+    import signal
+
+    global _QUEUE
+    _QUEUE = queue
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() == 1:  # the driver died before prctl took effect
+        os._exit(1)
+
+
+def _run_queued(exp: ExperimentConfig, task) -> PathSummary:
+    return task.run(exp, lambda *msg: _QUEUE.put(msg))
+
+
+def _run_collected(exp: ExperimentConfig, task) -> tuple[PathSummary, list]:
+    out: list = []
+    summary = task.run(exp, lambda *msg: out.append(msg))
+    return summary, out
+
+
+class Driver:
+    """The sweep's one writer (DESIGN §8): runs tasks in process, on a local process pool
+    (``n_jobs``) or on a Dask cluster (``scheduler``), and commits every record the workers
+    hand back in its own transaction.  Pool workers stream records as each fit finishes; Dask
+    workers return a path's records with its summary (so they never touch a shared file)."""
+
+    def __init__(self, exp: ExperimentConfig, store: RecordStore, on_path_done=None) -> None:
+        self.exp, self.store, self.on_path_done = exp, store, on_path_done
+        self._pool = None
+        self._queue = None
+
+    def commit(self, key: str, record: dict[str, Any], checkpoints: tuple) -> None:
+        self.store.write(key, record, checkpoints)
+
+    def run(self, tasks: list) -> list[PathSummary]:
+        results: list[PathSummary] = []
+
+        def done(s: PathSummary) -> None:
+            results.append(s)
+            if self.on_path_done:
+                self.on_path_done(s)
+
+        exp = self.exp
+        if not tasks:
+            return results
+        if exp.scheduler:
+            from distributed import Client, as_completed
+
+            with Client(exp.scheduler) as client:
+                futures = client.map(_run_collected, [exp] * len(tasks), tasks, pure=False)
+                for fut in as_completed(futures):
+                    summary, msgs = fut.result()
+                    for msg in msgs:
+                        self.commit(*msg)
+                    done(summary)
+            return results
+        if exp.n_jobs == 1 or len(tasks) == 1:
+            for task in tasks:
+                done(task.run(exp, self.commit))
+            return results
+        self._run_pool(tasks, done)
         return results
-    if exp.scheduler:
-        from distributed import Client, as_completed
 
-        with Client(exp.scheduler) as client:
-            futures = client.map(run_path, [exp] * len(jobs), jobs, pure=False)
-            for fut in as_completed(futures):
-                done(fut.result())
-        return results
-    if exp.n_jobs == 1 or len(jobs) == 1:
-        for job in jobs:
-            done(run_path(exp, job))
-        return results
-    from joblib import Parallel, delayed
+    def _run_pool(self, tasks: list, done) -> None:
+        import queue as queue_mod
+        from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
-    parallel = Parallel(n_jobs=exp.n_jobs, return_as="generator_unordered")
-    for s in parallel(delayed(run_path)(exp, job) for job in jobs):
-        done(s)
-    return results
+        if self._pool is None:
+            import multiprocessing
+
+            ctx = multiprocessing.get_context("spawn")
+            self._queue = ctx.Queue()
+            self._pool = ProcessPoolExecutor(
+                self.exp.n_jobs, mp_context=ctx, initializer=_worker_init,
+                initargs=(self._queue,),
+            )  # fmt: skip
+        pending = {self._pool.submit(_run_queued, self.exp, t) for t in tasks}
+        emitted = received = 0
+        while pending or received < emitted:
+            try:
+                msg = self._queue.get(timeout=0.05)
+            except queue_mod.Empty:
+                pass
+            else:
+                self.commit(*msg)
+                received += 1
+                continue
+            finished, pending = wait(pending, timeout=0, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                summary = fut.result()  # a worker's exception (or death) stops the sweep
+                emitted += summary.done
+                done(summary)
+
+    def close(self, kill: bool = False) -> None:
+        if self._pool is not None:
+            if kill:
+                for p in list(getattr(self._pool, "_processes", {}).values()):
+                    p.terminate()
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
 
 
 def run_sweep(
@@ -648,45 +975,75 @@ def run_sweep(
     on_path_done: Callable[[PathSummary], None] | None = None,
     on_stage: Callable[[str, int], None] | None = None,
 ) -> list[PathSummary]:
-    """Run every stage of ``exp``: selection paths, grid extensions, refits.
+    """Run every stage of ``exp``: selection paths, grid extensions, certification of the
+    selected fits, refits (and their certification).
 
     ``on_stage(name, n_fits)`` announces each stage with the number of fits it holds (for
-    progress bars); ``on_path_done`` receives each finished path's counts.
+    progress bars); ``on_path_done`` receives each finished path's counts.  The sweep holds
+    the results directory's writer lock throughout: a second sweep there is refused.
     """
-    _warm_up({r.method for r in exp.rows}, {r.method for r in exp.rows if r.kernel == "rbf"})
-    from topkbench.data.dataset import load_dataset_cached
+    from topkbench.store import WriterLock
 
-    for ds in exp.datasets:  # fail early on bad data, and fill the disk cache once
-        if ds.kind in ("libsvm", "mat", "mulan"):
-            load_dataset_cached(ds, exp.seed)
     store = RecordStore(exp.results_dir, exp.name)
+    with WriterLock(store):
+        _warm_up({r.method for r in exp.rows}, {r.method for r in exp.rows if r.kernel == "rbf"})
+        from topkbench.data.dataset import load_dataset_cached
+
+        for ds in exp.datasets:  # fail early on bad data, and fill the disk cache once
+            if ds.kind in ("libsvm", "mat", "mulan"):
+                load_dataset_cached(ds, exp.seed)
+        driver = Driver(exp, store, on_path_done)
+        try:
+            return _run_stages(exp, store, driver, on_stage)
+        except BaseException:
+            driver.close(kill=True)
+            raise
+        finally:
+            driver.close()
+            store.close()
+
+
+def _run_stages(exp, store: RecordStore, driver: Driver, on_stage) -> list[PathSummary]:
     lr = init_row(exp)
     dependent = tuple(r for r in exp.rows if lr is not None and r.method == "topk_ent_tr")
     first = tuple(r for r in exp.rows if r not in dependent)
     decided: dict[tuple, set[float]] = {}
 
-    def stage(rows, init, label) -> list[PathSummary]:
-        jobs = base_jobs(exp, rows, init)
+    def execute(jobs: list[PathJob], label: str) -> list[PathSummary]:
+        if not jobs:
+            return []
         if on_stage:
             on_stage(label, sum(len(j.C_values) for j in jobs))
-        out = _execute(exp, jobs, on_path_done)
-        for _ in range(exp.extend):
-            ext = _extension_jobs(exp, store.load(), decided, rows, init)
-            if not ext:
+        done = store.keys()
+        return driver.run([plan_path(exp, j, store, done) for j in jobs])
+
+    def certify() -> list[PathSummary]:
+        out: list[PathSummary] = []
+        for _ in range(MAX_CERTIFY_ROUNDS):  # a continued fit can move the selection
+            tasks = certify_tasks(exp, store, current_records(exp, store.load()))
+            if not tasks:
                 break
             if on_stage:
-                on_stage("extend", sum(len(j.C_values) for j in ext))
-            out += _execute(exp, ext, on_path_done)
+                on_stage("certify", len(tasks))
+            out += driver.run(tasks)
+        return out
+
+    def stage(rows, init, label) -> list[PathSummary]:
+        out = execute(base_jobs(exp, rows, init), label)
+        for _ in range(exp.extend):
+            ext = _extension_jobs(exp, current_records(exp, store.load()), decided, rows, init)
+            if not ext:
+                break
+            out += execute(ext, "extend")
         return out
 
     results = stage(first, {}, "grid")
     init: dict[tuple, float] = {}
     if dependent:
         # TPAMI §6.2: top-k Ent_tr starts from the selected LR^Multi solution
-        init = _init_Cs(exp, store.load(), lr, dependent)
+        init = _init_Cs(exp, current_records(exp, store.load()), lr, dependent)
         results += stage(dependent, init, "grid (Ent_tr from selected LR^Multi)")
-    refits = _refit_jobs(exp, store.load(), init)
-    if refits and on_stage:
-        on_stage("refit", sum(len(j.C_values) for j in refits))
-    results += _execute(exp, refits, on_path_done)
+    results += certify()
+    results += execute(_refit_jobs(exp, current_records(exp, store.load()), init), "refit")
+    results += certify()
     return results

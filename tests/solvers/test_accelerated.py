@@ -48,9 +48,7 @@ def fit_accelerated(X, y, method, **kw):
     eps = 3e-7 if loss_smoothness(spec.loss_id, kw.get("gamma", 0.0)) == 0.0 else 1e-9
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
-        model = topkbench.fit(
-            X, y, method, eps=eps, max_epochs=400_000, accelerate="always", **kw
-        )
+        model = topkbench.fit(X, y, method, eps=eps, max_epochs=400_000, accelerate="always", **kw)
     assert model.status == "converged"
     assert "accelerated_from_epoch" in model.info  # the accelerated phase ran
     assert -1e-14 <= model.relative_gap <= eps
@@ -106,9 +104,7 @@ def test_multilabel_reaches_cvxpy_optimum(method, gamma, sparse):
     model = fit_accelerated(X, Y, method, C=1.0, gamma=gamma)
     p_ref, _ = ml_cvxpy_primal(X, Y, method, gamma, 1.0)
     check_brackets(model, p_ref, ml_primal_value(X, Y, model.W, method, gamma, 1.0))
-    assert ml_dual_value(X, Y, model.A, method, gamma, 1.0) == pytest.approx(
-        model.dual, rel=1e-10
-    )
+    assert ml_dual_value(X, Y, model.A, method, gamma, 1.0) == pytest.approx(model.dual, rel=1e-10)
 
 
 @pytest.mark.parametrize("method,gamma", [("svm_multi", 0.0), ("lr_multi", 0.0)])

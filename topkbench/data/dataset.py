@@ -558,6 +558,39 @@ def _load_dataset(cfg: DatasetConfig, seed: int) -> Dataset:
     )
 
 
+def sha256_of(path: Path, chunk: int = 1 << 20) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+_DIGESTS: dict[tuple[str, int, int], str] = {}
+
+
+def file_digests(cfg: DatasetConfig) -> dict[str, str]:
+    """SHA-256 of every file ``cfg`` reads (``{name: digest}``; empty for generated data).
+
+    Record keys carry these, so a changed file invalidates exactly its records.  Digests are
+    cached per process by (path, size, mtime), so a sweep hashes each file once.
+    """
+    out = {}
+    for f in unique_files(cfg):
+        path = resolve_path(cfg, f["file"])
+        try:
+            st = path.stat()
+        except OSError as exc:
+            raise DataFormatError(str(path), f"cannot read it ({exc.strerror})") from None
+        stamp = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+        if stamp not in _DIGESTS:
+            _DIGESTS[stamp] = sha256_of(path)
+        out[f["file"]] = _DIGESTS[stamp]
+    return out
+
+
 def _cache_path(cfg: DatasetConfig) -> Path:
     import hashlib
     import json

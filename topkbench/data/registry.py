@@ -8,12 +8,11 @@ use"); ``verify`` then checks against that record and says which kind of check i
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
 from topkbench.config import DatasetConfig
-from topkbench.data.dataset import data_dir, resolve_path, unique_files
+from topkbench.data.dataset import data_dir, resolve_path, sha256_of, unique_files
 from topkbench.errors import ConfigError, DatasetNotFoundError, TopkbenchError
 
 LOCK_NAME = "SHA256SUMS"
@@ -48,14 +47,6 @@ def registry_entry(conf_dir: Path, name: str) -> DatasetConfig:
             hint="topkbench data list",
         )
     return DatasetConfig.from_dict(OmegaConf.to_container(OmegaConf.load(path), resolve=True))
-
-
-def sha256_of(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 @dataclass

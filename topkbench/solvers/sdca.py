@@ -492,8 +492,9 @@ def solve_sdca(
             active = _active_set(gaps, A)
             continue
         if eval_every == "auto":
-            batch = run.clip_batch(auto_batch(run.trace, eps, n,
-                                              n if active is None else int(active.sum())))
+            batch = run.clip_batch(
+                auto_batch(run.trace, eps, n, n if active is None else int(active.sum()))
+            )
         else:
             batch = run.clip_batch(int(eval_every))
         t_batch = time.perf_counter()

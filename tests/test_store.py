@@ -1,0 +1,222 @@
+"""The record store's guarantees (DESIGN §8) and the certification of selected fits.
+
+* a selected fit that stopped on its budget is continued until eps;
+* a killed sweep (SIGKILL to its process group, at random moments) resumes to the same report;
+* one writer: a second sweep is refused while one runs, a report reads during it;
+* content-addressed keys: a changed data file or solver setting recomputes what depends on it,
+  and a report reads only the records of the configuration it names;
+* corrupt checkpoints are ignored, old-layout directories refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from topkbench.cli import compose
+from topkbench.config import DatasetConfig, ExperimentConfig
+from topkbench.data.synthetic import make_ill_conditioned
+from topkbench.report import build_report
+from topkbench.store import RecordStore, StoreError, WriterLock
+from topkbench.sweep import current_records, run_sweep
+
+
+def write_libsvm(path: Path, X: np.ndarray, y: np.ndarray) -> Path:
+    with open(path, "w") as fh:
+        for xi, yi in zip(X, y, strict=True):
+            fh.write(f"{yi} " + " ".join(f"{j + 1}:{v:.17g}" for j, v in enumerate(xi)) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def ill_files(tmp_path_factory):
+    """Train/val/test LibSVM files of ill-conditioned features (||x||^2 up to ~1e4)."""
+    d = tmp_path_factory.mktemp("ill")
+    X, y = make_ill_conditioned(240, 10, 3, seed=3)
+    return {
+        s: write_libsvm(d / f"{s}.txt", X[i : i + 80], y[i : i + 80])
+        for s, i in (("train", 0), ("val", 80), ("test", 160))
+    }
+
+
+def ill_experiment(results: Path, files, **changes) -> ExperimentConfig:
+    base = ExperimentConfig.from_dict(compose(["experiment=table3", f"results_dir={results}"]))
+    ds = DatasetConfig.from_dict(
+        {"name": "ill", "kind": "libsvm", **{s: str(p) for s, p in files.items()}}
+    )
+    rows = tuple(r for r in base.rows if r.row in ("SVM^Multi", "LR^Multi"))
+    return dataclasses.replace(
+        base, datasets=(ds,), rows=rows, draws=1, C_values=tuple(2.0**e for e in range(-2, 5)),
+        eps=1e-3, max_epochs=10, eval_every=10, time_limit=None, **changes,
+    )  # fmt: skip
+
+
+def test_selected_fit_stopped_on_the_budget_ends_certified(tmp_path, ill_files):
+    exp = ill_experiment(tmp_path, ill_files)
+    run_sweep(exp)
+    recs = current_records(exp, RecordStore(exp.results_dir, exp.name).load())
+    assert (recs["status"] != "converged").sum() >= 5  # the grid's large C stop on 10 epochs
+    rep = build_report(exp)
+    sel = rep.selected
+    assert len(sel) == 4 and (sel["status"] == "converged").all()
+    assert (sel["relative_gap"] <= exp.eps).all()
+    # at least one selection needed the continuation, whose record says so
+    continued = recs[recs["certify_epochs"].notna()] if "certify_epochs" in recs else recs[:0]
+    assert len(continued) >= 1
+    assert (continued["epochs"] > exp.max_epochs).all()
+    assert "Selected models certified" in rep.markdown and "4 of 4" in rep.markdown
+    # a re-run finds nothing left to do, the continued records included
+    again = run_sweep(exp)
+    assert sum(s.done for s in again) == 0
+
+
+def test_uncertified_selection_is_marked(tmp_path, ill_files):
+    exp = ill_experiment(tmp_path, ill_files, certify_max_epochs=1)
+    run_sweep(exp)
+    rep = build_report(exp)
+    n_bad = int((rep.selected["status"] != "converged").sum())
+    assert n_bad >= 1
+    assert f"{len(rep.selected) - n_bad} of {len(rep.selected)}" in rep.markdown
+    assert "†" in rep.markdown.split("Test accuracy")[0]  # a table cell carries the mark
+
+
+def test_changed_data_file_or_setting_recomputes_what_depends_on_it(tmp_path, ill_files):
+    files = {s: tmp_path / p.name for s, p in ill_files.items()}
+    for s, p in ill_files.items():
+        files[s].write_bytes(p.read_bytes())
+    exp = ill_experiment(tmp_path / "res", files, certify_max_epochs=1)
+    run_sweep(exp)
+    n = len(RecordStore(exp.results_dir, exp.name).load())
+    # the test file does not change what the records hold? it does: test accuracies
+    text = files["test"].read_text().splitlines()
+    files["test"].write_text("\n".join(text[:-1]) + "\n")
+    second = run_sweep(exp)
+    assert sum(s.cached for s in second) == 0
+    assert len(RecordStore(exp.results_dir, exp.name).load()) == 2 * n
+    # a solver setting: every record is new; the old configuration's report is unchanged
+    before = build_report(exp).markdown
+    tight = dataclasses.replace(exp, eps=1e-4)
+    third = run_sweep(tight)
+    assert sum(s.cached for s in third) == 0
+    after = build_report(exp).markdown.splitlines()
+    assert [x for x in after if "belong to other settings" not in x] == [
+        x for x in before.splitlines() if "belong to other settings" not in x
+    ]
+    assert any(f"{2 * n} records in" in x for x in after)
+    assert len(current_records(tight, RecordStore(exp.results_dir, exp.name).load())) == n
+
+
+def test_report_of_a_partial_sweep_says_so(tmp_path, ill_files):
+    exp = ill_experiment(tmp_path, ill_files, certify_max_epochs=1)
+    run_sweep(dataclasses.replace(exp, C_values=exp.C_values[:3]))
+    rep = build_report(exp)
+    assert rep.incomplete
+    assert rep.markdown.startswith("> **Incomplete sweep:** 8 of 14 grid fits are missing")
+
+
+def test_second_sweep_is_refused_and_a_report_reads_meanwhile(tmp_path, ill_files):
+    exp = ill_experiment(tmp_path, ill_files, certify_max_epochs=1)
+    run_sweep(exp)
+    store = RecordStore(exp.results_dir, exp.name)
+    with WriterLock(store):
+        with pytest.raises(StoreError, match=f"another sweep is writing.*pid {os.getpid()}"):
+            run_sweep(exp)
+        assert "SVM^Multi" in build_report(exp).markdown
+    run_sweep(exp)  # the lock is released
+
+
+def test_corrupt_checkpoint_is_ignored_and_logged(tmp_path, caplog):
+    store = RecordStore(tmp_path, "e")
+    A = np.arange(6.0).reshape(3, 2)
+    store.save_warm("k", 2.0, A)
+    C, got = store.load_warm("k")
+    assert C == 2.0 and np.array_equal(got, A)
+    f = store.warm / "k.npy"
+    f.write_bytes(f.read_bytes()[:-8])
+    assert store.load_warm("k") is None
+    assert "k.npy ignored" in caplog.text
+    f.unlink()
+    assert store.load_warm("k") is None
+
+
+def test_old_layout_and_bad_paths_are_refused(tmp_path):
+    old = tmp_path / "e" / "records"
+    old.mkdir(parents=True)
+    (old / "abc.parquet").write_bytes(b"")
+    with pytest.raises(StoreError, match="older topkbench"):
+        RecordStore(tmp_path, "e")
+    (tmp_path / "file").write_text("")
+    with pytest.raises(StoreError, match="is a file"):
+        RecordStore(tmp_path, "file").write("k", {"a": 1})
+
+
+def _sweep_cmd(results: Path) -> list[str]:
+    return [sys.executable, "-m", "topkbench.cli", "sweep", "experiment=table3",
+            "experiment.draws=1", "experiment.C_grid.min_exp=-3", "experiment.C_grid.max_exp=3",
+            "dataset.n_test=500", f"results_dir={results}", "n_jobs=2"]  # fmt: skip
+
+
+def _report(results: Path) -> str:
+    exp = ExperimentConfig.from_dict(
+        compose(["experiment=table3", "experiment.draws=1", "experiment.C_grid.min_exp=-3",
+                 "experiment.C_grid.max_exp=3", "dataset.n_test=500", f"results_dir={results}"])
+    )  # fmt: skip
+    return build_report(exp).markdown
+
+
+def _alive(pids) -> list[int]:
+    out = []
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+            out.append(pid)
+        except ProcessLookupError:
+            pass
+    return out
+
+
+def _children(pid: int) -> list[int]:
+    res = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True)
+    return [int(p) for p in res.stdout.split()]
+
+
+def test_killed_sweep_resumes_to_the_same_report_without_orphans(tmp_path):
+    ref = tmp_path / "ref"
+    subprocess.run(_sweep_cmd(ref), check=True, capture_output=True)
+    expected = _report(ref)
+    res = tmp_path / "killed"
+    rng = np.random.default_rng(0)
+    for delay in rng.uniform(2.0, 8.0, size=3):
+        proc = subprocess.Popen(_sweep_cmd(res), start_new_session=True,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        time.sleep(delay)
+        workers = _children(proc.pid)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        deadline = time.time() + 10
+        while _alive(workers) and time.time() < deadline:
+            time.sleep(0.1)
+        assert not _alive(workers)
+    # the driver alone killed: its workers follow it (no orphans computing)
+    proc = subprocess.Popen(_sweep_cmd(res), start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    time.sleep(4.0)
+    workers = _children(proc.pid)
+    proc.kill()
+    proc.wait()
+    deadline = time.time() + 10
+    while _alive(workers) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not _alive(workers)
+    subprocess.run(_sweep_cmd(res), check=True, capture_output=True)
+    recs = RecordStore(res, "table3").load()
+    assert recs["key"].is_unique
+    assert _report(res) == expected
