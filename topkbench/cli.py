@@ -975,7 +975,7 @@ def bench_table5_cmd(
     overrides: list[str] = typer.Argument(
         None, help="Hydra overrides applied on top (e.g. dataset sizes: see conf/dataset)"
     ),
-    n_jobs: int = typer.Option(2, help="joblib processes"),
+    n_jobs: int = typer.Option(2, help="worker processes"),
     out: Path = typer.Option(Path("results/bench"), help="output directory"),
 ) -> None:
     _setup_logging(False)

@@ -11,11 +11,14 @@ C_new / C_old, which keeps it feasible).  The fold says which data the path trai
 
 Stages (:func:`run_sweep`): (1) every selection path on the base grid; (2) while a column's best
 C sits on the grid's boundary, add one more grid point beyond it (at most ``extend`` per side,
-DESIGN §7 / TPAMI §6.2); (3) refit paths for cross-validated datasets.  Every finished point is
-written atomically to the record store before the next starts, together with a warm-start
-checkpoint, so an interrupted sweep loses no finished record and a re-run resumes where it
-stopped.  Paths run in parallel through joblib processes (``n_jobs``) or on a Dask cluster
-(``scheduler=ADDRESS``; the results directory must then be on a shared filesystem).
+DESIGN §7 / TPAMI §6.2); (3) certification: a selected fit that stopped on its budget is
+continued from its stored dual until eps (:class:`CertifyTask`); (4) refit paths for
+cross-validated datasets, walking the C grid with warm starts up to the selected values, and
+their certification.  The driver process is the store's one writer (:class:`Driver`): each
+finished point is committed with its warm-start checkpoint as it arrives, so an interrupted
+sweep loses no finished record and a re-run resumes where it stopped.  Paths run in parallel on
+local worker processes (``n_jobs``) or on a Dask cluster (``scheduler=ADDRESS``; workers need
+the data files, not the results directory).
 """
 
 from __future__ import annotations

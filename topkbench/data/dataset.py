@@ -21,6 +21,8 @@ Options shared by the file kinds:
   train/test parts with a fixed seed (ALOI, TPAMI §6.2), independent of the run seed.
 * ``pca: nonsingular`` or an integer — PCA fitted on train (News20, :mod:`topkbench.data.pca`).
 * ``bias``: value of an appended constant feature (0 = none, DESIGN §2).
+* ``scale: none | standard | maxabs`` — per-feature scaling fitted on the training split
+  (:func:`scale_features`); ``none`` (the default) keeps the papers' raw features.
 
 Every check raises :class:`DataFormatError` naming the file: NaN/Inf features, splits with
 different feature counts (LibSVM files are widened to the largest index instead, since the
@@ -42,6 +44,7 @@ import scipy.sparse as sp
 
 from topkbench.config import DatasetConfig
 from topkbench.errors import ConfigError, DataFormatError, DatasetNotFoundError
+from topkbench.validation import check_choice
 
 logger = logging.getLogger(__name__)
 
@@ -479,6 +482,53 @@ def assemble_multilabel(
     )  # fmt: skip
 
 
+SCALINGS = ("none", "standard", "maxabs")
+MAX_DENSE_GB = 4.0
+
+
+def scale_features(ds: Dataset, how: str, has_bias: bool = False) -> None:
+    """Scale every split's features in place by statistics of the training split.
+
+    ``standard``: ``(x_j - mean_j) / std_j``; centring fills a sparse matrix, so sparse
+    splits become dense (refused above MAX_DENSE_GB); ``maxabs``: ``x_j / max_i |x_ij|`` (keeps
+    sparsity).  Columns that are constant (std 0) or zero on train keep a unit divisor; an
+    appended bias column is left as it is.  Scaling changes the problem, and with it C's
+    meaning: R^2 = max ||x||^2 falls from up to ~1e5 on raw real features to about d, which is
+    what makes SDCA fast there.
+    """
+    X = ds.splits["train"][0]
+    d = X.shape[1] - (1 if has_bias else 0)
+    if how == "standard":
+        gb = sum(8.0 * Xs.shape[0] * Xs.shape[1] for Xs, _ in ds.splits.values()) / 2**30
+        if any(sp.issparse(Xs) for Xs, _ in ds.splits.values()):
+            if gb > MAX_DENSE_GB:
+                raise ConfigError(
+                    f"dataset {ds.name}: scale=standard centres the features, which makes this "
+                    f"sparse data dense ({gb:.1f} GB > {MAX_DENSE_GB:g} GB)",
+                    hint="use dataset.scale=maxabs for sparse features",
+                )
+            for split, (Xs, y) in ds.splits.items():
+                ds.splits[split] = (Xs.toarray() if sp.issparse(Xs) else Xs, y)
+            X = ds.splits["train"][0]
+        Xd = np.asarray(X[:, :d], dtype=np.float64)
+        shift = Xd.mean(axis=0)
+        div = Xd.std(axis=0)
+    else:
+        shift = np.zeros(d)
+        div = np.asarray(abs(X[:, :d]).max(axis=0).todense() if sp.issparse(X)
+                         else np.abs(X[:, :d]).max(axis=0), dtype=np.float64).ravel()  # fmt: skip
+    div[div == 0.0] = 1.0
+    for split, (Xs, y) in ds.splits.items():
+        if sp.issparse(Xs):
+            cols = np.concatenate([1.0 / div, np.ones(Xs.shape[1] - d)])
+            Xs = sp.csr_matrix(Xs @ sp.diags(cols))
+        else:
+            Xs = np.array(Xs, dtype=np.float64)
+            Xs[:, :d] = (Xs[:, :d] - shift) / div
+        ds.splits[split] = (Xs, y)
+    ds.provenance["scale"] = f"{how}, fitted on train"
+
+
 def load_dataset(cfg: DatasetConfig, seed: int) -> Dataset:
     """Build or load the dataset described by ``cfg``; ``seed`` drives any random choice.
 
@@ -486,6 +536,9 @@ def load_dataset(cfg: DatasetConfig, seed: int) -> Dataset:
     memory; SDCA trains on them directly and accumulates in float64, issue 7); sparse ones
     stay float64."""
     ds = _load_dataset(cfg, seed)
+    scale = check_choice("dataset.scale", str(cfg.get("scale", "none")), SCALINGS)
+    if scale != "none":
+        scale_features(ds, scale, has_bias=float(cfg.get("bias", 0.0)) != 0.0)
     if cfg.get("float32", False):
         for split, (X, y) in ds.splits.items():
             if isinstance(X, np.ndarray) and X.dtype != np.float32:
@@ -613,7 +666,7 @@ def load_dataset_cached(cfg: DatasetConfig, seed: int) -> Dataset:
     file or an option invalidates it).  File datasets do not depend on ``seed``.
 
     Dense feature matrices go to ``<name>-<hash>.<split>.npy`` beside the pickle and are loaded
-    memory-mapped (read-only): the joblib / Dask workers of a sweep then share one copy in the
+    memory-mapped (read-only): the pool / Dask workers of a sweep then share one copy in the
     page cache instead of holding one each (issue 7).  The ``.npy`` files are written before
     the pickle, so a pickle only exists once its matrices do.
     """
