@@ -168,7 +168,7 @@ class ExperimentConfig:
     published: str | None = None
     results_dir: str = "results"
     n_jobs: int = 1
-    scheduler: str | None = None  # dask.distributed scheduler address; None = local worker processes
+    scheduler: str | None = None  # dask.distributed scheduler address; None = local processes
     layout: str = "rows"  # report layout: rows (Table 3) | datasets (Table 5)
     warm_start: bool = True  # warm-start along each C path (False: every fit from zero)
     ent_tr_init: str = "same_C"  # topk_ent_tr start: LR^Multi at the same C | "selected"

@@ -34,7 +34,8 @@ def files(tmp_path):
 
 
 def load(files, **options):
-    return load_dataset(DatasetConfig.from_dict({"name": "s", "kind": "libsvm", **files, **options}), 0)
+    cfg = DatasetConfig.from_dict({"name": "s", "kind": "libsvm", **files, **options})
+    return load_dataset(cfg, 0)
 
 
 def dense(X):
