@@ -10,7 +10,13 @@ import pytest
 import scipy.sparse as sp
 
 import topkbench
-from topkbench.errors import ConfigError, ConvergenceWarning, InputError, TopkbenchError
+from topkbench.errors import (
+    ConfigError,
+    ConvergenceWarning,
+    InputError,
+    SolverError,
+    TopkbenchError,
+)
 from topkbench.losses.registry import available_methods
 from topkbench.metrics.topk import label_ranks, topk_accuracy
 
@@ -135,7 +141,6 @@ def test_rejects_malformed_feature_arrays(X):
         ([0, 1, 0.5, 2], "0.5"),
         ([0, 1, "a", 2], "'a'"),
         ([0, 1, np.nan, 2], "nan"),
-        ([0, 1, -1, 2], "-1"),
     ],
 )
 def test_rejects_bad_labels(labels, fragment):
@@ -163,6 +168,60 @@ def test_accepts_integer_valued_float_labels():
 def test_rejects_inconsistent_labels(labels, n_classes, match):
     with pytest.raises(InputError, match=match):
         topkbench.fit(np.eye(4), labels, "svm_multi", n_classes=n_classes)
+
+
+def test_labels_become_classes_without_empty_ones():
+    X = np.random.default_rng(0).normal(size=(9, 3))
+    y = np.array([5, 7, 9] * 3)
+    model = topkbench.fit(X, y, "svm_multi", eps=1e-6)
+    assert model.n_classes == 3 and list(model.classes) == [5, 7, 9]
+    ref = topkbench.fit(X, y // 2 - 2, "svm_multi", eps=1e-6)  # the same problem as 0, 1, 2
+    assert ref.classes is None
+    np.testing.assert_allclose(model.W, ref.W)
+    signed = topkbench.fit(X, np.array([-1, 1, 1] * 3), "svm_multi", eps=1e-6)
+    assert list(signed.classes) == [-1, 1]
+    big = topkbench.fit(X, np.array([0, 2**40, 3] * 3), "svm_multi", eps=1e-6)
+    assert big.n_classes == 3 and list(big.classes) == [0, 3, 2**40]
+
+
+@pytest.mark.parametrize(
+    "labels, match",
+    [
+        ([7, 7, 7, 7], "need at least 2 classes; every label is 7"),
+        ([0, 1, 1e20, 2], "outside the int64 range"),
+        (np.array([0, 1, 2**70, 2], dtype=object), "outside the int64 range"),
+    ],
+)
+def test_rejects_one_class_and_labels_beyond_int64(labels, match):
+    with pytest.raises(InputError, match=match):
+        topkbench.fit(np.eye(4), labels, "svm_multi")
+
+
+def test_class_indices_with_n_classes_stay_indices():
+    with pytest.raises(InputError, match="0-based"):
+        topkbench.fit(np.eye(4), [0, 1, -1, 2], "svm_multi", n_classes=3)
+
+
+@pytest.mark.parametrize("dtype", [np.complex128, object])
+def test_rejects_complex_and_object_features(dtype):
+    X = np.eye(4).astype(dtype)
+    with pytest.raises(InputError, match="complex|dtype object"):
+        topkbench.fit(X, [0, 1, 0, 1], "svm_multi")
+    if dtype is np.complex128:
+        with pytest.raises(InputError, match="complex"):
+            topkbench.fit(sp.csr_matrix(X), [0, 1, 0, 1], "svm_multi")
+
+
+def test_refuses_a_model_larger_than_memory():
+    X = sp.csr_matrix((np.ones(2), ([0, 1], [0, 99_999_999_998])), shape=(4, 99_999_999_999))
+    with pytest.raises(InputError, match=r"needs \d+\.\d GB .*99,999,999,999 features"):
+        topkbench.fit(X, [0, 1, 0, 1], "svm_multi")
+
+
+def test_dual_above_primal_is_an_error_not_convergence():
+    X = np.random.default_rng(0).normal(size=(30, 3))
+    with pytest.raises(SolverError, match="primal .* < dual"):
+        topkbench.fit(X, np.arange(30) % 3, "svm_multi", gamma=1e300)
 
 
 def test_n_classes_adds_unseen_classes():

@@ -92,8 +92,16 @@ def _handle_errors(fn):
     return wrapper
 
 
-def compose(overrides: list[str] | None) -> dict[str, Any]:
-    """Compose ``conf/config.yaml`` with Hydra overrides into a plain dict."""
+def compose(overrides: list[str] | None, command: str | None = None) -> dict[str, Any]:
+    """Compose ``conf/config.yaml`` with Hydra overrides into a plain dict.
+
+    Every override either takes effect or is refused: keys that ``command`` would ignore
+    (:func:`~topkbench.config.check_override_keys`), unknown keys at any level, and run options
+    of the wrong type or range are errors."""
+    from topkbench.config import check_config_keys, check_override_keys, check_run_options
+
+    if command is not None:
+        check_override_keys(command, overrides)
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -107,18 +115,34 @@ def compose(overrides: list[str] | None) -> dict[str, Any]:
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
-            cfg = hydra_compose(config_name="config", overrides=list(overrides or []))
+            cfg = hydra_compose(config_name="config", overrides=_upserts(overrides))
         out = OmegaConf.to_container(cfg, resolve=True)
     except Exception as exc:  # Hydra/OmegaConf raise many types; all are config errors
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConfigError(
-            f"bad configuration override: {msg}",
-            hint="topkbench train --help  (overrides look like key=value, e.g. C=0.5)",
-        ) from None
+        hint = "overrides look like key=value, e.g. C=0.5; see --help"
+        if "Could not override" in msg:
+            hint = "the configuration does not set that key: add it with +key=value"
+        raise ConfigError(f"bad configuration override: {msg}", hint=hint) from None
     exp = out.get("experiment")  # type: ignore[union-attr]
     if isinstance(exp, dict) and exp.get("datasets"):
         exp["datasets"] = [_resolve_dataset(conf, d) for d in exp["datasets"]]
+    check_config_keys(out)
+    check_run_options(out)
     return out  # type: ignore[return-value]
+
+
+def _upserts(overrides: list[str] | None) -> list[str]:
+    """``experiment.KEY=V`` and ``dataset.KEY=V`` set the key whether or not the chosen YAML
+    file mentions it (Hydra's ``++``); unknown keys are then refused by name, with the valid
+    ones, by :func:`~topkbench.config.check_config_keys`."""
+    out = []
+    for item in overrides or ():
+        key = item.split("=", 1)[0]
+        parts = key.split(".")
+        if "=" in item and len(parts) == 2 and parts[0] in ("experiment", "dataset"):
+            item = "++" + item
+        out.append(item)
+    return out
 
 
 def _resolve_dataset(conf: Path, entry: Any) -> dict[str, Any]:
@@ -162,7 +186,8 @@ def train(
     from topkbench.metrics.topk import topk_accuracy
     from topkbench.model import fit
 
-    cfg = TrainConfig.from_dict(compose(overrides))
+    cfg = TrainConfig.from_dict(compose(overrides, "train"))
+    _check_files(cfg.dataset)
     ds = load_dataset(cfg.dataset, cfg.seed)
     Xtr, ytr = ds.splits["train"]
     ytr = training_targets(ds, "train", cfg.method)
@@ -300,7 +325,7 @@ def sweep(
     from topkbench.config import ExperimentConfig
     from topkbench.sweep import run_sweep
 
-    exp = _available_datasets(ExperimentConfig.from_dict(compose(overrides)), skip_missing)
+    exp = _available_datasets(ExperimentConfig.from_dict(compose(overrides, "sweep")), skip_missing)
     counts = {"done": 0, "cached": 0, "failed": 0, "skipped": 0, "not_converged": 0}
     log.info(
         "%s: %d rows x %d dataset(s) x %d draw(s) x %d C values (+ folds, extensions, refits), "
@@ -354,6 +379,18 @@ def sweep(
         raise typer.Exit(1)
 
 
+def _check_files(cfg) -> None:
+    """Refuse data files that fail their checksum; say which have none to check against."""
+    from topkbench.data.dataset import missing_files
+    from topkbench.data.registry import check_before_use
+
+    if cfg.kind not in ("libsvm", "mat", "mulan", "features") or missing_files(cfg):
+        return  # generated data; missing files get their own error from the loader
+    unchecked = check_before_use(cfg)
+    if unchecked:
+        log.info("%s: no checksum on record for %s: not verified", cfg.name, ", ".join(unchecked))
+
+
 def _available_datasets(exp, skip_missing: bool):
     """Refuse an experiment whose data files are missing (listing them all), or drop those
     datasets with a warning when ``skip_missing``."""
@@ -365,6 +402,8 @@ def _available_datasets(exp, skip_missing: bool):
     missing = {d.name: missing_files(d) for d in exp.datasets}
     missing = {k: v for k, v in missing.items() if v}
     if not missing:
+        for d in exp.datasets:
+            _check_files(d)
         return exp
     listing = "; ".join(f"{k}: {', '.join(str(p) for p in v)}" for k, v in missing.items())
     names = " ".join(missing)
@@ -378,7 +417,10 @@ def _available_datasets(exp, skip_missing: bool):
             + ("" if skip_missing else "; or run the others with --skip-missing"),
         )
     log.warning("skipping datasets without their files: %s", listing)
-    return replace(exp, datasets=tuple(d for d in exp.datasets if d.name not in missing))
+    exp = replace(exp, datasets=tuple(d for d in exp.datasets if d.name not in missing))
+    for d in exp.datasets:
+        _check_files(d)
+    return exp
 
 
 @app.command(
@@ -393,7 +435,7 @@ def report(
     from topkbench.config import ExperimentConfig
     from topkbench.report import build_report, write_report
 
-    exp = ExperimentConfig.from_dict(compose(overrides))
+    exp = ExperimentConfig.from_dict(compose(overrides, "report"))
     rep = build_report(exp)
     paths = write_report(exp, rep)
     sys.stdout.write(rep.markdown)
@@ -416,7 +458,7 @@ def export(
     from topkbench.config import ExperimentConfig
     from topkbench.store import RecordStore
 
-    exp = ExperimentConfig.from_dict(compose(overrides))
+    exp = ExperimentConfig.from_dict(compose(overrides, "export"))
     store = RecordStore(exp.results_dir, exp.name)
     path = store.export(out)
     sys.stderr.write(f"written: {path}\n")
@@ -807,7 +849,7 @@ def _study_problem(overrides, n: int, d: int, m: int, seed: int):
         from topkbench.config import TrainConfig
         from topkbench.data.dataset import load_dataset
 
-        cfg = TrainConfig.from_dict(compose(list(overrides)))
+        cfg = TrainConfig.from_dict(compose(list(overrides), "train"))
         ds = load_dataset(cfg.dataset, cfg.seed)
         X, y = ds.splits["train"]
         return (X.toarray() if hasattr(X, "toarray") else X), y, ds.name
@@ -989,7 +1031,7 @@ def bench_table5_cmd(
     from topkbench.config import ExperimentConfig
 
     base = ["experiment=table5", "experiment.datasets=[letter_synth]", f"n_jobs={n_jobs}"]
-    exp = ExperimentConfig.from_dict(compose(base + list(overrides or [])))
+    exp = ExperimentConfig.from_dict(compose(base + list(overrides or []), "sweep"))
     done = {"n": 0}
 
     def on_done(s) -> None:
@@ -1172,6 +1214,9 @@ def data_info(name: str = typer.Argument(..., help="registered dataset name")) -
 def data_fetch(
     name: str = typer.Argument(..., help="registered dataset name"),
     progress: bool = typer.Option(True, help="show a download progress bar"),
+    deadline: float = typer.Option(
+        3600.0, min=0.001, help="seconds a file's download may take in total"
+    ),
 ) -> None:
     from topkbench.data.registry import fetch, registry_entry
 
@@ -1179,7 +1224,7 @@ def data_fetch(
     if cfg.kind in ("circle", "gaussian"):
         typer.echo(f"{name} is generated on the fly; nothing to fetch")
         return
-    _status_table(cfg, fetch(cfg, progressbar=progress))
+    _status_table(cfg, fetch(cfg, progressbar=progress, deadline=deadline))
 
 
 @data_app.command("verify", help="Check a dataset's files against their sha256 (exit 1 if bad).")

@@ -11,9 +11,99 @@ from typing import Any
 import numpy as np
 
 from topkbench.errors import ConfigError
-from topkbench.validation import check_choice, check_eval_every
+from topkbench.validation import check_choice, check_eval_every, check_int, check_positive
 
 DOC_KEYS = frozenset({"title", "paper", "description", "source", "splits_expected"})
+
+# the keys each level of a composed configuration may hold (an unknown one is a typo: refused)
+SOLVER_KEYS = ("eps", "max_epochs", "time_limit", "eval_every")
+TRAIN_KEYS = frozenset(
+    {"method", "C", "k", "gamma", "weights", "fw", "kernel", "theta", "topk", "delta",
+     *SOLVER_KEYS}
+)  # fmt: skip
+RUN_KEYS = frozenset({"seed", "results_dir", "n_jobs", "scheduler"})
+ROOT_KEYS = TRAIN_KEYS | RUN_KEYS | {"dataset", "experiment"}
+EXPERIMENT_KEYS = frozenset(
+    {"name", "title", "dataset", "datasets", "rows", "C_grid", "theta_grid", "ks", "draws",
+     "selection", "folds", "extend", "published", "layout", "warm_start", "ent_tr_init",
+     "blocks", "metrics", "delta_grid", "max_gram_gb", "class_columns", "threshold_rule",
+     "certify_time_limit", "certify_max_epochs", *SOLVER_KEYS}
+)  # fmt: skip
+DATASET_KEYS = DOC_KEYS | {
+    "name", "kind", "base", "bias", "cardinality", "files", "holdout", "n_classes", "n_features",
+    "n_labels", "n_test", "n_train", "n_val", "noise", "nonlinear", "pca", "regions",
+    "separation", "train", "val", "test", "xml", "zero_based", "float32", "scale", "names_var",
+}  # fmt: skip
+# typed dataset options: (cast check, lower bound)
+_DATASET_INTS = {"n_train": 1, "n_val": 0, "n_test": 0, "n_features": 1, "n_classes": 2,
+                 "regions": 1}  # fmt: skip
+_DATASET_BOOLS = ("zero_based", "float32", "nonlinear")
+
+
+def check_override_keys(command: str, overrides: list[str] | None) -> None:
+    """Refuse command-line overrides that would do nothing for ``command``.
+
+    ``sweep`` / ``report`` / ``export`` take every solver setting from the experiment, so a
+    top-level ``eps=`` (a ``train`` option) would be silently ignored: it is refused with the
+    right spelling, ``experiment.eps=``.  ``train`` has no experiment.
+    """
+    for item in overrides or ():
+        key = item.split("=", 1)[0].lstrip("+~")
+        value = item.split("=", 1)[1] if "=" in item else ""
+        if command != "train" and key in TRAIN_KEYS:
+            if key in SOLVER_KEYS:
+                hint = f"use experiment.{key}={value} (the experiment's own setting)"
+            else:
+                hint = "the experiment's rows and C grid set it; topkbench train fits one model"
+            raise ConfigError(
+                f"{key}= is an option of topkbench train, not of {command}", hint=hint
+            )
+        if command == "train" and key.split(".")[0] == "experiment":
+            raise ConfigError(
+                f"{key}= is an experiment option; train runs one model",
+                hint="topkbench sweep experiment=NAME ... runs an experiment",
+            )
+
+
+def check_config_keys(root: dict[str, Any]) -> None:
+    """Refuse unknown keys at every level of a composed configuration (``+methd=lr_multi``
+    would otherwise train the default method), naming the valid ones."""
+
+    def refuse(where: str, unknown, valid) -> None:
+        raise ConfigError(
+            f"unknown {where} key(s): {', '.join(sorted(unknown))}",
+            hint=f"valid: {', '.join(sorted(valid))}",
+        )
+
+    if unknown := set(root) - ROOT_KEYS:
+        refuse("configuration", unknown, ROOT_KEYS)
+    exp = root.get("experiment")
+    if isinstance(exp, dict):
+        if unknown := set(exp) - EXPERIMENT_KEYS:
+            refuse("experiment", unknown, EXPERIMENT_KEYS)
+        for d in exp.get("datasets") or ():
+            if isinstance(d, dict) and (unknown := set(d) - DATASET_KEYS):
+                refuse(f"dataset ({d.get('name')})", unknown, DATASET_KEYS)
+    ds = root.get("dataset")
+    if isinstance(ds, dict) and (unknown := set(ds) - DATASET_KEYS):
+        refuse("dataset", unknown, DATASET_KEYS)
+
+
+def check_run_options(root: dict[str, Any]) -> None:
+    """Types and ranges of the top-level options every command shares."""
+    check_int("seed", root.get("seed", 0), 0)
+    check_int("n_jobs", root.get("n_jobs", 1), 1)
+    results = root.get("results_dir", "results")
+    if not isinstance(results, str) or not results:
+        raise ConfigError(f"results_dir must be a path; got {results!r}")
+    delta = root.get("delta", 0.0)
+    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not np.isfinite(delta):
+        raise ConfigError(f"delta must be a finite number (the score threshold); got {delta!r}")
+    topk = root.get("topk", (1,))
+    if not isinstance(topk, (list, tuple)) or not topk:
+        raise ConfigError(f"topk must be a list of integers >= 1; got {topk!r}")
+    for k in topk:
+        check_int("topk entries", k, 1)
 
 
 @dataclass(frozen=True)
@@ -29,6 +119,20 @@ class DatasetConfig:
     def from_dict(cls, d: dict[str, Any]) -> DatasetConfig:
         if not isinstance(d, dict) or "kind" not in d:
             raise ConfigError("dataset config needs a 'kind' (e.g. dataset=circle)")
+        for key, lo in _DATASET_INTS.items():
+            if d.get(key) is not None:
+                check_int(f"dataset.{key}", d[key], lo)
+        n_labels = d.get("n_labels")
+        if n_labels is not None and (
+            isinstance(n_labels, bool) or not isinstance(n_labels, int) or n_labels == 0
+        ):
+            raise ConfigError(
+                "dataset.n_labels must be a nonzero integer (N: the first N ARFF attributes, "
+                f"-N: the last N); got {n_labels!r}"
+            )
+        for key in _DATASET_BOOLS:
+            if key in d and not isinstance(d[key], bool):
+                raise ConfigError(f"dataset.{key} must be true or false; got {d[key]!r}")
         rest = tuple(sorted((k, v) for k, v in d.items() if k not in ("name", "kind")))
         return cls(name=str(d.get("name", d["kind"])), kind=str(d["kind"]), options=rest)
 
@@ -81,7 +185,7 @@ class TrainConfig:
                 max_epochs=d["max_epochs"],
                 time_limit=d.get("time_limit"),
                 eval_every=d.get("eval_every", "auto"),
-                seed=int(d["seed"]),
+                seed=check_int("seed", d["seed"], 0),
                 topk=tuple(int(v) for v in d.get("topk", (1, 2, 3, 5, 10))),
                 kernel=str(d.get("kernel") or "linear"),
                 theta=d.get("theta"),
@@ -282,9 +386,7 @@ class ExperimentConfig:
         selection = str(exp.get("selection", "val"))
         if selection not in ("val", "cv", "auto", "half"):
             raise ConfigError(f"selection must be val, cv, auto or half, got {selection!r}")
-        folds = int(exp.get("folds", 5))
-        if folds < 2:
-            raise ConfigError(f"folds must be >= 2, got {folds}")
+        folds = check_int("experiment.folds", exp.get("folds", 5), 2)
         return cls(
             name=str(exp["name"]),
             title=str(exp.get("title", exp["name"])),
@@ -292,20 +394,20 @@ class ExperimentConfig:
             rows=rows,
             C_values=C_values,
             ks=tuple(int(k) for k in exp.get("ks") or ()),
-            draws=int(exp.get("draws", 1)),
-            seed=int(root.get("seed", 0)),
-            eps=float(exp.get("eps", root.get("eps", 1e-3))),
-            max_epochs=int(exp.get("max_epochs", root.get("max_epochs", 1000))),
-            eval_every=check_eval_every(exp.get("eval_every", root.get("eval_every", "auto"))),
-            time_limit=exp.get("time_limit"),
+            draws=check_int("experiment.draws", exp.get("draws", 1), 1),
+            seed=check_int("seed", root.get("seed", 0), 0),
+            eps=check_positive("experiment.eps", exp.get("eps", 1e-3), upper=1.0),
+            max_epochs=check_int("experiment.max_epochs", exp.get("max_epochs", 1000), 1),
+            eval_every=check_eval_every(exp.get("eval_every", "auto")),
+            time_limit=_time_limit(exp.get("time_limit")),
             selection=selection,
             folds=folds,
-            extend=int(exp.get("extend", 0)),
+            extend=check_int("experiment.extend", exp.get("extend", 0), 0),
             C_base=base,
             C_step=step,
             published=exp.get("published"),
             results_dir=str(root.get("results_dir", "results")),
-            n_jobs=int(root.get("n_jobs", 1)),
+            n_jobs=check_int("n_jobs", root.get("n_jobs", 1), 1),
             scheduler=root.get("scheduler") or None,
             layout=layout,
             warm_start=bool(exp.get("warm_start", True)),
@@ -334,6 +436,10 @@ def _log_grid(exp: dict[str, Any], key: str) -> tuple[tuple[float, ...], float, 
         )
     exps = lo + step * np.arange(int(round((hi - lo) / step)) + 1)
     return tuple(float(base**e) for e in exps), base, step
+
+
+def _time_limit(value) -> float | None:
+    return None if value is None else check_positive("experiment.time_limit", value)
 
 
 def _positive(d: dict[str, Any], key: str, default, cast):

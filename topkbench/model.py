@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,10 +21,10 @@ from topkbench.validation import (
     check_eval_every,
     check_features,
     check_int,
-    check_labels,
     check_method_params,
     check_multilabel,
     check_positive,
+    class_indices,
 )
 
 logger = logging.getLogger(__name__)
@@ -51,6 +52,7 @@ class Model:
     theta: float | None = None  # RBF width, K = exp(-theta |x - z|^2)
     X_train: Any = None  # kept by RBF models to evaluate the train-test kernel
     info: dict[str, Any] = field(default_factory=dict)  # solver-specific extras
+    classes: NDArray | None = None  # the label of each score column (None: 0..m-1)
 
     @property
     def n_classes(self) -> int:
@@ -196,6 +198,7 @@ def fit(
     if gram is not None and spec.solver != "sdca":
         raise ConfigError(f"method {spec.name} ({spec.solver}) has no kernel mode")
     keep = None
+    classes = None
     if spec.task == "multilabel":
         y, m = check_multilabel(Y, n_rows, n_classes)
         sizes = np.diff(y.indptr)
@@ -221,7 +224,8 @@ def fit(
                 f"method {spec.name} is multiclass and needs 1-D labels (one class index per "
                 "example); for multilabel targets use svm_ml or lr_ml (or a primary-label column)"
             )
-        y, m = check_labels(Y, n_rows, n_classes)
+        y, m, classes = class_indices(Y, n_rows, n_classes)
+    _check_memory(X if gram is None else None, n_rows, m)
     C = check_positive("C", C)
     gamma, k = check_method_params(spec, gamma, k, m)
     eps = check_positive("eps", eps, upper=1.0)
@@ -235,20 +239,24 @@ def fit(
     ):
         raise ConfigError(f"weights= and fw= are options of wtopk_svm, not of {spec.name}")
     if spec.solver == "frank_wolfe":
-        return _fit_frank_wolfe(
+        model = _fit_frank_wolfe(
             gram if gram is not None else X, y, m, spec.name, gram=gram is not None, C=C, k=k,
             gamma=gamma, weights=weights, fw=fw, eps=eps, max_epochs=max_epochs, seed=seed,
             time_limit=time_limit, warm_start=warm_start, warn=warn, kernel=kernel,
             theta=theta, X=X,
         )  # fmt: skip
+        model.classes = classes
+        return model
     if init is not None and spec.solver != "lbfgs":
         raise ConfigError(f"init= is for topk_ent_tr; {spec.name} takes warm_start=")
     if spec.solver == "lbfgs":
-        return _fit_ent_tr(
+        model = _fit_ent_tr(
             X, y, m, spec.name, C=C, k=k, eps=eps, max_epochs=max_epochs, seed=seed,
             time_limit=time_limit, eval_every=eval_every, warm_start=warm_start, init=init,
             warn=warn,
         )  # fmt: skip
+        model.classes = classes
+        return model
     A0 = None
     if warm_start is not None:
         if isinstance(warm_start, Model):
@@ -312,7 +320,26 @@ def fit(
         theta=theta if kernel == "rbf" else None,
         X_train=X if kernel == "rbf" else None,
         info=info,
+        classes=classes,
     )
+
+
+def _check_memory(X, n: int, m: int) -> None:
+    """Refuse a problem whose W (d x m) and dual (n x m) would not fit in memory, with the
+    figure: a stray label of 2^40 or a feature index of 1e11 would otherwise end in a
+    MemoryError (or in swap) deep inside the solver."""
+    d = 0 if X is None else X.shape[1]
+    need = 8.0 * (d * m + 2 * n * m)
+    try:
+        avail = float(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return
+    if need > avail:
+        raise InputError(
+            f"the model needs {need / 2**30:.1f} GB (W: {d:,} features x {m:,} classes, "
+            f"dual: {n:,} x {m:,}), more than the {avail / 2**30:.1f} GB of free memory; check "
+            "the feature indices and labels of the data"
+        )
 
 
 def _fit_frank_wolfe(F, y, m, name, *, gram, C, k, gamma, weights, fw, eps, max_epochs, seed,

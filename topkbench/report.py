@@ -270,8 +270,9 @@ def _build_rows_report(exp, records, selected, published) -> TableReport:
         f"Test accuracy (%) of the C selected per column on the {exp.selection} split, over "
         f"{len(draws)} draw(s) (data seeds {exp.seed}..{exp.seed + len(draws) - 1}); "
         "std is the sample std across draws; Δ = our mean − paper.",
-        f"Solver: SDCA to relative duality gap ε = {exp.eps:g} (budget {exp.max_epochs} epochs, "
-        f"{exp.time_limit} s per fit; a selected fit stopped on the budget is continued "
+        f"Solver: SDCA to relative duality gap ε = {exp.eps:g} (budget {exp.max_epochs} epochs"
+        + (f", {exp.time_limit:g} s" if exp.time_limit else "")
+        + " per fit; a selected fit stopped on the budget is continued "
         f"within {exp.certify_time_limit:g} s). {n_conv}/{n_rec} fits reached ε.",
         "Rows marked 'not run' are in the paper but not in this experiment's method list.",
     ]
@@ -504,7 +505,7 @@ def _build_datasets_report(exp, records, selected, published) -> TableReport:
         f"boundary; {boundary} of {len(selected)} selections still lie on the final boundary.",
         f"Solver: SDCA{fw_note} to relative duality gap ε = {exp.eps:g} (budget "
         f"{exp.max_epochs} epochs"
-        + (f", {exp.time_limit} s" if exp.time_limit else "")
+        + (f", {exp.time_limit:g} s" if exp.time_limit else "")
         + f" per fit); {n_conv}/{n_rec} fits reached ε.",
     ]
     nonconvex = [r.row for r in exp.rows if get_method(r.method).solver == "lbfgs"]

@@ -251,7 +251,7 @@ def build_multilabel_report(exp, records: pd.DataFrame, published: pd.DataFrame)
             "(h(x) = {y : f_y(x) >= delta}; TPAMI ref. [97])."
         ),
         f"Solver: SDCA to relative duality gap ε = {exp.eps:g} (budget {exp.max_epochs} epochs"
-        + (f", {exp.time_limit} s" if exp.time_limit else "")
+        + (f", {exp.time_limit:g} s" if exp.time_limit else "")
         + f" per fit); {n_conv}/{n_rec} fits reached ε. Training leaves out examples whose "
         "label set is empty or complete (no ranking constraint); evaluation keeps them.",
     ]

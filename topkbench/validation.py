@@ -28,9 +28,18 @@ def check_features(X, name: str = "X"):
     memory-mapped float32 matrix is not copied; SDCA trains on it directly); refuse NaN/Inf,
     wrong rank, empty input."""
     if sp.issparse(X):
+        if X.dtype.kind == "c":
+            raise InputError(f"{name} is complex; features must be real numbers")
         X = sp.csr_matrix(X, dtype=np.float64)
         values = X.data
     else:
+        kind = (np.asarray(X) if not isinstance(X, np.ndarray) else X).dtype.kind
+        if kind == "c":
+            raise InputError(f"{name} is complex; features must be real numbers")
+        if kind in "OUSV":
+            raise InputError(
+                f"{name} has dtype {np.asarray(X).dtype}; features must be a numeric (real) array"
+            )
         keep32 = isinstance(X, np.ndarray) and X.dtype == np.float32
         try:
             X = X if keep32 else np.asarray(X, dtype=np.float64)
@@ -58,25 +67,41 @@ def check_features(X, name: str = "X"):
     return X
 
 
-def check_labels(y, n: int, n_classes: int | None = None) -> tuple[np.ndarray, int]:
-    """Return (0-based int64 labels, m); refuse non-integers, negatives and wrong lengths."""
+def _integer_labels(y, n: int) -> np.ndarray:
+    """``y`` as int64, one per row; refuse other shapes, non-integers and values beyond int64."""
     arr = np.asarray(y)
     if arr.ndim != 1:
         raise InputError(f"labels must be 1-D with one entry per row, got shape {arr.shape}")
     if arr.shape[0] != n:
         raise InputError(f"got {arr.shape[0]} labels for {n} rows of X")
-    if arr.dtype.kind not in "iub":
-        try:
-            f = arr.astype(np.float64)
-        except (TypeError, ValueError):
-            bad = next(v for v in arr if not _is_int_like(v))
-            raise InputError(f"labels must be integers in [0, m); got {bad!r}") from None
-        bad_mask = ~np.isfinite(f) | (f != np.round(f))
-        if bad_mask.any():
-            i = int(np.flatnonzero(bad_mask)[0])
-            raise InputError(f"labels must be integers in [0, m); got {arr[i]!r} at row {i}")
-        arr = f
-    labels = arr.astype(np.int64)
+    if arr.dtype.kind in "ib":
+        return arr.astype(np.int64)
+    if arr.dtype.kind == "u":
+        if arr.size and int(arr.max()) >= 2**63:
+            i = int(np.argmax(arr))
+            raise InputError(f"label {arr[i]} at row {i} is outside the int64 range")
+        return arr.astype(np.int64)
+    try:
+        f = arr.astype(np.float64)
+    except (TypeError, ValueError, OverflowError):
+        bad = next((v for v in arr if not _is_int_like(v)), arr[0])
+        raise InputError(f"labels must be integers; got {bad!r}") from None
+    bad_mask = ~np.isfinite(f) | (f != np.round(f))
+    if bad_mask.any():
+        i = int(np.flatnonzero(bad_mask)[0])
+        raise InputError(f"labels must be integers; got {arr[i]!r} at row {i}")
+    big = np.abs(f) >= 2.0**63
+    if big.any():
+        i = int(np.flatnonzero(big)[0])
+        raise InputError(f"label {arr[i]!r} at row {i} is outside the int64 range")
+    if arr.dtype.kind == "O":  # exact Python integers (floats above 2^53 are rounded)
+        return np.array([int(v) for v in arr], dtype=np.int64)
+    return f.astype(np.int64)
+
+
+def check_labels(y, n: int, n_classes: int | None = None) -> tuple[np.ndarray, int]:
+    """Return (0-based int64 labels, m) for labels that are class indices in ``[0, m)``."""
+    labels = _integer_labels(y, n)
     if labels.min() < 0:
         i = int(np.argmin(labels))
         raise InputError(f"labels must be integers in [0, m) (0-based); got {labels[i]} at row {i}")
@@ -86,6 +111,27 @@ def check_labels(y, n: int, n_classes: int | None = None) -> tuple[np.ndarray, i
     if m < 2:
         raise InputError(f"need at least 2 classes, got m = {m}")
     return labels, m
+
+
+def class_indices(y, n: int, n_classes: int | None = None):
+    """``(codes, m, classes)``: labels as 0-based class indices.
+
+    With ``n_classes`` the labels must already be indices in ``[0, n_classes)`` (a training
+    fold may lack a class) and ``classes`` is None.  Without it the distinct labels, sorted,
+    become the classes: ``y = [5, 7, 9]`` is a 3-class problem (not 10 classes of which 7 are
+    empty), ``classes = [5, 7, 9]`` names the score columns, and ``classes`` is None when the
+    labels already are ``0..m-1``.  Fewer than two distinct labels is refused.
+    """
+    if n_classes is not None:
+        codes, m = check_labels(y, n, n_classes)
+        return codes, m, None
+    classes, codes = np.unique(_integer_labels(y, n), return_inverse=True)
+    if len(classes) < 2:
+        raise InputError(f"need at least 2 classes; every label is {classes[0]}")
+    codes = codes.astype(np.int64).ravel()
+    if classes[0] == 0 and classes[-1] == len(classes) - 1:
+        return codes, len(classes), None
+    return codes, len(classes), classes
 
 
 def check_multilabel(Y, n: int, n_classes: int | None = None) -> tuple[sp.csr_matrix, int]:

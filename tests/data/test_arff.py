@@ -266,6 +266,28 @@ def test_malformed_sparse_row(tmp_path, row, token):
 
 
 @pytest.mark.parametrize(
+    "row, token, why",
+    [
+        ("{0 1, 0 5, 1 1}", "'0 5'", "attribute 'f1' appears twice in a sparse row"),
+        ("{0 1_000, 1 1}", "'0 1_000'", "'_' is not part of a number"),
+    ],
+)
+def test_sparse_rows_that_liac_arff_would_accept_silently(tmp_path, row, token, why):
+    text = "@relation t\n@attribute f1 numeric\n@attribute l1 {0,1}\n@data\n{0 1}\n\n"
+    path = write(tmp_path / "bad.arff", text + row + "\n")
+    with pytest.raises(DataFormatError) as exc:
+        read_mulan(path, n_labels=-1)
+    assert str(exc.value).startswith(f"{path}, line 7, token {token}"), str(exc.value)
+    assert why in str(exc.value)
+
+
+def test_digit_separators_in_dense_rows_are_refused(tmp_path):
+    text = "@relation t\n@attribute f1 numeric\n@attribute l1 {0,1}\n@data\n1,0\n1_5,1\n"
+    with pytest.raises(DataFormatError, match="line 6, token '1_5'"):
+        read_mulan(write(tmp_path / "bad.arff", text), n_labels=-1)
+
+
+@pytest.mark.parametrize(
     "header, needle",
     [
         ("@attribute f1 numeric\n@attribute l1 numeric\n", "label attribute 'l1' must be nominal"),

@@ -12,6 +12,7 @@ import http.server
 import shutil
 import socket
 import threading
+import time
 from pathlib import Path
 
 import pooch
@@ -221,3 +222,52 @@ def test_unknown_dataset_lists_registered_names(env):
     assert res.exit_code == 2
     assert "unknown dataset 'nosuchset'" in res.output and "letter" in res.output
     assert "topkbench data list" in res.output
+
+
+class TrickleHandler(http.server.BaseHTTPRequestHandler):
+    """Sends a large body one byte every 50 ms: no single read ever times out."""
+
+    def do_GET(self):  # noqa: N802 (the base class's name)
+        self.send_response(200)
+        self.send_header("Content-Length", "100000")
+        self.end_headers()
+        try:
+            for _ in range(100_000):
+                self.wfile.write(b"x")
+                self.wfile.flush()
+                time.sleep(0.05)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    def log_message(self, format, *args):  # noqa: A002
+        pass
+
+
+def test_fetch_from_a_trickling_server_stops_at_the_deadline(env):
+    confdir, datadir = env
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), TrickleHandler)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        write_toy(confdir, f"http://127.0.0.1:{httpd.server_address[1]}", SHA)
+        start = time.monotonic()
+        res = invoke("data", "fetch", "toy", "--no-progress", "--deadline", "1")
+        assert time.monotonic() - start < 15
+        assert res.exit_code == 4, res.output
+        assert "exceeded its deadline of 1 s" in " ".join(res.output.split())
+        assert not (datadir / "toy" / "toy.tr").exists()
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_train_refuses_a_file_that_fails_its_checksum(server, env):
+    confdir, datadir = env
+    write_toy(confdir, server, SHA)
+    assert invoke("data", "fetch", "toy", "--no-progress").exit_code == 0
+    assert invoke("train", "dataset=toy", "C=1").exit_code == 0
+    path = datadir / "toy" / "toy.tr"
+    path.write_text(path.read_text().replace("0.5", "0.7"))
+    res = invoke("train", "dataset=toy", "C=1")
+    assert res.exit_code == 4, res.output
+    assert "checksum mismatch" in res.output and "toy.tr" in res.output

@@ -95,6 +95,9 @@ BAD_LINES = [
     ("1,,2 1:1\n", "empty label", 1, "1,,2", True),
     ("1,1 1:1\n", "repeated", 1, "1,1", True),
     ("1 qid:3 1:1\n", "qid", 1, "qid:3", False),
+    ("1 1:1_000\n", "'_' is not part of a number", 1, "1:1_000", False),
+    ("1 1_0:1\n", "'_' is not part of a number", 1, "1_0:1", False),
+    ("1_0 1:1\n", "'_' is not part of a number", 1, "1_0", False),
 ]
 
 

@@ -85,22 +85,54 @@ def _first_data_line(path: Path) -> tuple[int, str]:
     return 0, ""
 
 
-def _data_line_of_row(path: Path, row: int) -> tuple[int | None, str]:
-    """Line number and text of data row ``row`` (0-based), for error messages."""
+def _data_lines(path: Path):
+    """(1-based line number, text) of every data row after ``@data``."""
     in_data = False
-    seen = -1
     with open(path, encoding="utf-8", errors="replace") as fh:
         for no, raw in enumerate(fh, 1):
             line = raw.strip()
             if not line or line.startswith("%"):
                 continue
             if in_data:
-                seen += 1
-                if seen == row:
-                    return no, line
+                yield no, line
             elif line.lower().startswith("@data"):
                 in_data = True
+
+
+def _data_line_of_row(path: Path, row: int) -> tuple[int | None, str]:
+    """Line number and text of data row ``row`` (0-based), for error messages."""
+    for seen, (no, line) in enumerate(_data_lines(path)):
+        if seen == row:
+            return no, line
     return None, ""
+
+
+def _strict_rows(path: Path, attributes) -> None:
+    """What liac-arff lets through silently: a sparse row naming an attribute twice (it keeps
+    the last value) and digit separators in numbers (``1_000``, which float() accepts)."""
+    for no, text in _data_lines(path):
+        if text.startswith("{"):
+            body = text.strip("{} ")
+            pairs = [p.strip() for p in body.split(",") if p.strip()] if body else []
+            seen: set[str] = set()
+            for p in pairs:
+                idx, _, val = p.partition(" ")
+                if idx in seen:
+                    name = attributes[int(idx)][0] if idx.isdigit() else idx
+                    raise DataFormatError(
+                        str(path), f"attribute {name!r} appears twice in a sparse row", no, p
+                    )
+                seen.add(idx)
+                if "_" in val and not isinstance(attributes[int(idx)][1], (list, tuple)):
+                    raise DataFormatError(str(path), "'_' is not part of a number", no, p)
+        else:
+            for j, tok in enumerate(t.strip() for t in text.split(",")):
+                if (
+                    "_" in tok
+                    and j < len(attributes)
+                    and not isinstance(attributes[j][1], (list, tuple))
+                ):
+                    raise DataFormatError(str(path), "'_' is not part of a number", no, tok)
 
 
 def _line_text(path: Path, lineno: int) -> str:
@@ -233,6 +265,7 @@ def read_mulan(
     except OSError as exc:
         raise DataFormatError(str(path), f"cannot read: {exc.strerror or exc}") from None
     attributes = obj["attributes"]
+    _strict_rows(path, attributes)
     relation = obj.get("relation", "")
     n_attr = len(attributes)
     levels = {}
@@ -324,13 +357,4 @@ def _header_only(fh):
 
 
 def _count_rows(path: Path) -> int:
-    no, _ = _first_data_line(path)
-    if not no:
-        return 0
-    count = 0
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for i, raw in enumerate(fh, 1):
-            line = raw.strip()
-            if i >= no and line and not line.startswith("%"):
-                count += 1
-    return count
+    return sum(1 for _ in _data_lines(path))

@@ -624,23 +624,27 @@ def sha256_of(path: Path, chunk: int = 1 << 20) -> str:
 _DIGESTS: dict[tuple[str, int, int], str] = {}
 
 
+def cached_sha256(path: Path) -> str:
+    """:func:`sha256_of`, cached per process by (path, size, mtime)."""
+    st = path.stat()
+    stamp = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    if stamp not in _DIGESTS:
+        _DIGESTS[stamp] = sha256_of(path)
+    return _DIGESTS[stamp]
+
+
 def file_digests(cfg: DatasetConfig) -> dict[str, str]:
     """SHA-256 of every file ``cfg`` reads (``{name: digest}``; empty for generated data).
 
-    Record keys carry these, so a changed file invalidates exactly its records.  Digests are
-    cached per process by (path, size, mtime), so a sweep hashes each file once.
+    Record keys carry these, so a changed file invalidates exactly its records.
     """
     out = {}
     for f in unique_files(cfg):
         path = resolve_path(cfg, f["file"])
         try:
-            st = path.stat()
+            out[f["file"]] = cached_sha256(path)
         except OSError as exc:
             raise DataFormatError(str(path), f"cannot read it ({exc.strerror})") from None
-        stamp = (str(path.resolve()), st.st_size, st.st_mtime_ns)
-        if stamp not in _DIGESTS:
-            _DIGESTS[stamp] = sha256_of(path)
-        out[f["file"]] = _DIGESTS[stamp]
     return out
 
 

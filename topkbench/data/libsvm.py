@@ -56,7 +56,14 @@ def _open_text(path: Path):
     return open(path, encoding="utf-8", errors="strict")
 
 
+def _strict(token: str, path: str, lineno: int, whole: str | None = None) -> None:
+    """Python's int() and float() accept digit separators (``1_000``); the format does not."""
+    if "_" in token:
+        raise DataFormatError(path, "'_' is not part of a number here", lineno, whole or token)
+
+
 def _parse_label(token: str, path: str, lineno: int) -> int:
+    _strict(token, path, lineno)
     try:
         return int(token)
     except ValueError:
@@ -137,6 +144,7 @@ def read_libsvm(
                     idx_s, sep, val_s = tok.partition(":")
                     if not sep or not idx_s or not val_s:
                         raise DataFormatError(name, "expected index:value", lineno, tok)
+                    _strict(tok, name, lineno)
                     if idx_s == "qid":
                         raise DataFormatError(
                             name, "qid (ranking) fields are not supported", lineno, tok

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from topkbench.config import DatasetConfig
-from topkbench.data.dataset import data_dir, resolve_path, sha256_of, unique_files
+from topkbench.data.dataset import cached_sha256, data_dir, resolve_path, sha256_of, unique_files
 from topkbench.errors import ConfigError, DatasetNotFoundError, TopkbenchError
 
 LOCK_NAME = "SHA256SUMS"
@@ -84,6 +84,22 @@ def _write_lock(cfg: DatasetConfig, entries: dict[str, str]) -> None:
     tmp.replace(p)
 
 
+def check_before_use(cfg: DatasetConfig) -> list[str]:
+    """Refuse to train on a file that fails its checksum (registry or recorded on fetch);
+    return the names of files that have no checksum to check against (said, not hidden)."""
+    statuses = verify(cfg)
+    bad = [s for s in statuses if s.state == "mismatch"]
+    if bad:
+        raise FetchError(
+            "checksum mismatch for "
+            + ", ".join(
+                f"{s.path} (sha256 {s.actual}, expected {s.expected} from {s.source})" for s in bad
+            ),  # fmt: skip
+            hint=f"topkbench data verify {cfg.name}; restore the file or fetch it again",
+        )
+    return [s.file for s in statuses if s.state == "unchecked"]
+
+
 def verify(cfg: DatasetConfig) -> list[FileStatus]:
     """Check every file of ``cfg`` against its registry or recorded sha256."""
     lock = _read_lock(cfg)
@@ -95,7 +111,7 @@ def verify(cfg: DatasetConfig) -> list[FileStatus]:
             expected, source = lock[f["file"]], "recorded"
         st = FileStatus(f["file"], path, f["url"], expected, source, "missing")
         if path.exists():
-            st.actual = sha256_of(path)
+            st.actual = cached_sha256(path)
             if expected is None:
                 st.state = "unchecked"
             else:
@@ -111,8 +127,59 @@ def manual_hint(cfg: DatasetConfig) -> str:
     return where + (f"; sources: {', '.join(urls)}" if urls else "")
 
 
-def fetch(cfg: DatasetConfig, progressbar: bool = True) -> list[FileStatus]:
-    """Download missing files of ``cfg`` with checksum verification; verify present ones."""
+FETCH_DEADLINE = 3600.0  # seconds per file, start to finish
+SOCKET_TIMEOUT = 30.0  # seconds without a byte
+
+
+def deadline_downloader(deadline: float, progressbar: bool = False):
+    """A pooch downloader that gives up after ``deadline`` seconds in total.
+
+    A per-read socket timeout alone never fires on a server that trickles a byte at a time;
+    reading with ``read1`` (at most one receive per call) lets the loop look at the clock
+    after every receive.
+    """
+    import time
+    import urllib.request
+
+    def download(url, output_file, pooch_obj=None, check_only=False):  # pooch's protocol
+        start = time.monotonic()
+        req = urllib.request.Request(url, headers={"User-Agent": "topkbench"})
+        with urllib.request.urlopen(req, timeout=SOCKET_TIMEOUT) as resp:  # noqa: S310
+            if check_only:
+                return True
+            total = int(resp.headers.get("Content-Length") or 0) or None
+            bar = None
+            if progressbar:
+                from tqdm import tqdm
+
+                bar = tqdm(total=total, unit="B", unit_scale=True, leave=True)
+            own = isinstance(output_file, (str, Path))
+            fh = open(output_file, "wb") if own else output_file  # noqa: SIM115
+            try:
+                while chunk := resp.read1(1 << 16):
+                    fh.write(chunk)
+                    if bar is not None:
+                        bar.update(len(chunk))
+                    if time.monotonic() - start > deadline:
+                        raise FetchError(
+                            f"{url}: download exceeded its deadline of {deadline:g} s",
+                            hint="a slow or stalled server; try again later, or raise --deadline",
+                        )
+            finally:
+                if own:
+                    fh.close()
+                if bar is not None:
+                    bar.close()
+        return None
+
+    return download
+
+
+def fetch(
+    cfg: DatasetConfig, progressbar: bool = True, deadline: float = FETCH_DEADLINE
+) -> list[FileStatus]:
+    """Download missing files of ``cfg`` with checksum verification; verify present ones.
+    Each download must finish within ``deadline`` seconds."""
     import pooch
 
     statuses = verify(cfg)
@@ -144,8 +211,10 @@ def fetch(cfg: DatasetConfig, progressbar: bool = True) -> list[FileStatus]:
                 known_hash=known,
                 fname=st.path.name,
                 path=st.path.parent,
-                progressbar=progressbar,
+                downloader=deadline_downloader(deadline, progressbar),
             )
+        except FetchError:
+            raise
         except ValueError as exc:  # pooch: hash mismatch (the download is discarded)
             raise FetchError(
                 f"downloaded {st.url} but its checksum is wrong: {exc}",

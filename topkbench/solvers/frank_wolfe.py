@@ -53,7 +53,7 @@ import scipy.sparse as sp
 
 from topkbench.errors import ConvergenceWarning
 from topkbench.kernels import wtopk as _w
-from topkbench.solvers.sdca import TracePoint, relative_gap
+from topkbench.solvers.sdca import TracePoint, check_certificate, relative_gap
 
 VARIANTS = ("standard", "away", "pairwise")
 
@@ -279,6 +279,7 @@ def solve_frank_wolfe(
             ConvergenceWarning,
             stacklevel=2,
         )
+    check_certificate(primal, dual)
     return FWResult(A_best, W_best, primal, dual, gap, status, it, seconds, trace, steps)
 
 

@@ -60,6 +60,24 @@ def relative_gap(primal: float, dual: float) -> float:
     return (primal - dual) / scale
 
 
+NEGATIVE_GAP_TOL = 1e-9
+
+
+def check_certificate(primal: float, dual: float) -> None:
+    """Weak duality: a feasible dual never exceeds the primal.  ``D > P`` beyond rounding (or
+    a non-finite value) means the arithmetic failed, typically overflow or cancellation at an
+    extreme C or gamma, and such a result is never reported, let alone as converged."""
+    if not (np.isfinite(primal) and np.isfinite(dual)) or (
+        relative_gap(primal, dual) < -NEGATIVE_GAP_TOL
+    ):
+        raise SolverError(
+            f"invalid certificate: primal {primal:.6g} < dual {dual:.6g} (or not finite), which "
+            "weak duality rules out; the arithmetic overflowed or lost its precision, most "
+            "likely because C or gamma is extreme for these features: rescale the features "
+            "(dataset.scale) or use a smaller C or gamma"
+        )
+
+
 def _as_features(X):
     """Return ("dense", X) as C-contiguous float64 (float32 kept: the epoch kernels accumulate
     in float64, and a float32 memory-mapped matrix is used without a copy) or ("csr", X)."""
@@ -512,6 +530,7 @@ def solve_sdca(
         if gap <= eps:
             status = "converged"
     seconds = run.elapsed()
+    check_certificate(primal, dual)
     if run.failures:
         warnings.warn(
             f"{run.failures} block updates hit the inner root-finding iteration limit",

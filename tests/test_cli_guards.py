@@ -1,0 +1,106 @@
+"""Every override takes effect or is refused, with a one-line message and no traceback."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from topkbench.cli import app
+
+runner = CliRunner()
+SMALL = ["dataset.n_test=200", "dataset.n_train=60", "dataset.n_val=60"]
+SWEEP = ["experiment=table3", "experiment.draws=1", "experiment.C_grid.min_exp=-1",
+         "experiment.C_grid.max_exp=1", "dataset.n_test=200"]  # fmt: skip
+
+
+def refused(*args: str) -> str:
+    res = runner.invoke(app, list(args))
+    assert res.exit_code not in (0, None), res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+    assert "Traceback" not in res.output
+    return " ".join(res.output.split())
+
+
+@pytest.mark.parametrize(
+    "override,expected",
+    [
+        ("eps=1e-4", "use experiment.eps=1e-4"),
+        ("max_epochs=5", "use experiment.max_epochs=5"),
+        ("time_limit=3", "use experiment.time_limit=3"),
+        ("eval_every=3", "use experiment.eval_every=3"),
+        ("method=lr_multi", "option of topkbench train, not of sweep"),
+        ("C=2", "option of topkbench train, not of sweep"),
+    ],
+)
+def test_sweep_refuses_train_options_with_the_right_spelling(tmp_path, override, expected):
+    out = refused("sweep", *SWEEP, f"results_dir={tmp_path}", override)
+    assert expected in out
+    assert not (tmp_path / "table3").exists()  # nothing ran
+
+
+@pytest.mark.parametrize(
+    "cmd,override,expected",
+    [
+        ("train", "+methd=lr_multi", "unknown configuration key(s): methd"),
+        ("train", "+dataset.n_trian=5", "unknown dataset key(s): n_trian"),
+        ("sweep", "+experiment.epss=1e-4", "unknown experiment key(s): epss"),
+        ("train", "experiment.eps=1e-4", "train runs one model"),
+        ("train", "seed=1.5", "seed must be an integer >= 0; got 1.5"),
+        ("train", "seed=-1", "seed must be an integer >= 0; got -1"),
+        ("train", "seed=abc", "seed must be an integer >= 0; got 'abc'"),
+        ("sweep", "n_jobs=0", "n_jobs must be an integer >= 1; got 0"),
+        ("sweep", "n_jobs=abc", "n_jobs must be an integer >= 1"),
+        ("train", "delta=abc", "delta must be a finite number"),
+        ("train", "topk=[0]", "topk entries must be an integer >= 1; got 0"),
+        ("train", "dataset.n_train=-5", "dataset.n_train must be an integer >= 1; got -5"),
+        ("train", "dataset.n_val=abc", "dataset.n_val must be an integer >= 0"),
+        ("sweep", "experiment.folds=1", "experiment.folds must be an integer >= 2"),
+        ("sweep", "experiment.eps=0", "experiment.eps must be in (0, 1)"),
+        ("sweep", "experiment.certify_time_limit=-1", "certify_time_limit must be a positive"),
+    ],
+)
+def test_bad_overrides_are_one_line_errors(tmp_path, cmd, override, expected):
+    base = SWEEP if cmd == "sweep" else SMALL
+    out = refused(cmd, *base, f"results_dir={tmp_path}", override)
+    assert expected in out
+
+
+def test_unknown_keys_are_named_with_the_valid_ones(tmp_path):
+    out = refused("sweep", *SWEEP, f"results_dir={tmp_path}", "experiment.fold=3")
+    assert "unknown experiment key(s): fold" in out and "folds" in out
+    out = refused("train", *SMALL, "dataset.n_trian=3")
+    assert "unknown dataset key(s): n_trian" in out
+
+
+def test_dataset_flags_must_be_booleans(tmp_path):
+    f = tmp_path / "t.txt"
+    f.write_text("1 1:1\n2 2:1\n")
+    out = refused("train", "dataset=libsvm", f"dataset.train={f}", "dataset.zero_based=maybe")
+    assert "dataset.zero_based must be true or false; got 'maybe'" in out
+
+
+def test_results_dir_that_is_a_file_is_refused(tmp_path):
+    f = tmp_path / "file"
+    f.write_text("")
+    out = refused("sweep", *SWEEP, f"results_dir={f}")
+    assert "is a file" in out or "cannot use results directory" in out
+
+
+def test_eval_every_setting_is_part_of_the_record_key(tmp_path):
+    """Records of eval_every 10 (table3's) and auto share one store (one key each, no type
+    clash in the store or in the export)."""
+    args = ["sweep", *SWEEP, f"results_dir={tmp_path}"]
+    assert runner.invoke(app, args).exit_code == 0
+    res = runner.invoke(app, [*args, "experiment.eval_every=auto"])
+    assert res.exit_code == 0, res.output
+    for extra in ([], ["experiment.eval_every=auto"]):
+        res = runner.invoke(app, ["report", *SWEEP, f"results_dir={tmp_path}", *extra])
+        assert res.exit_code == 0, res.output
+        assert "belong to other settings" in res.output
+    res = runner.invoke(app, ["export", *SWEEP, f"results_dir={tmp_path}",
+                              "--out", str(tmp_path / "all.parquet")])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    import pandas as pd
+
+    df = pd.read_parquet(tmp_path / "all.parquet")
+    assert set(df["eval_every"]) == {"auto", "10"}
