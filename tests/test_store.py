@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -205,6 +206,22 @@ def test_killed_sweep_resumes_to_the_same_report_without_orphans(tmp_path):
         while _alive(workers) and time.time() < deadline:
             time.sleep(0.1)
         assert not _alive(workers)
+    # while a sweep runs: a second one is refused with its pid, a report reads a snapshot
+    proc = subprocess.Popen(_sweep_cmd(res), start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.time() + 30
+    while not (res / "table3" / "sweep.lock").exists() and time.time() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.0)
+    second = subprocess.run(_sweep_cmd(res), capture_output=True, text=True)
+    assert second.returncode != 0
+    assert f"another sweep is writing to {res / 'table3'} (pid {proc.pid}" in " ".join(
+        second.stderr.split()
+    )
+    assert "SVM^Multi" in _report(res)
+    proc.wait()
+    assert _report(res) == expected
+    shutil.rmtree(res / "table3")  # start again for the kills below
     # the driver alone killed: its workers follow it (no orphans computing)
     proc = subprocess.Popen(_sweep_cmd(res), start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
