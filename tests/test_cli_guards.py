@@ -105,3 +105,26 @@ def test_eval_every_setting_is_part_of_the_record_key(tmp_path):
 
     df = pd.read_parquet(tmp_path / "all.parquet")
     assert set(df["eval_every"]) == {"auto", "10"}
+
+
+def test_read_only_results_dir_is_a_one_line_error(tmp_path):
+    import os
+    import subprocess
+
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    os.chmod(ro, 0o555)
+    immutable = subprocess.run(["chattr", "+i", str(ro)], capture_output=True).returncode == 0
+    try:
+        try:
+            (ro / "probe").write_text("")
+        except OSError:
+            pass
+        else:
+            pytest.skip("this user can write to a read-only directory")
+        out = refused("sweep", *SWEEP, f"results_dir={ro}")
+        assert "cannot use results directory" in out and str(ro) in out
+    finally:
+        if immutable:
+            subprocess.run(["chattr", "-i", str(ro)], check=False)
+        os.chmod(ro, 0o755)
