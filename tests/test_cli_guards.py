@@ -128,3 +128,11 @@ def test_read_only_results_dir_is_a_one_line_error(tmp_path):
         if immutable:
             subprocess.run(["chattr", "-i", str(ro)], check=False)
         os.chmod(ro, 0o755)
+
+
+def test_experiment_keys_without_an_experiment_and_dataset_keys_it_ignores(tmp_path):
+    out = refused("sweep", "experiment.eps=1e-4", f"results_dir={tmp_path}")
+    assert "no experiment selected" in out
+    out = refused("sweep", "experiment=table5_smoke", "dataset.n_train=50",
+                  f"results_dir={tmp_path}")  # fmt: skip
+    assert "dataset.n_train= does not apply: experiment table5_smoke lists its own datasets" in out

@@ -237,3 +237,47 @@ def test_killed_sweep_resumes_to_the_same_report_without_orphans(tmp_path):
     recs = RecordStore(res, "table3").load()
     assert recs["key"].is_unique
     assert _report(res) == expected
+
+
+def test_records_of_a_changed_row_definition_are_left_out(tmp_path, ill_files):
+    exp = ill_experiment(tmp_path, ill_files, certify_max_epochs=1)
+    run_sweep(exp)
+    everything = RecordStore(exp.results_dir, exp.name).load()
+    rows = tuple(dataclasses.replace(r, gamma=0.5) if r.row == "SVM^Multi" else r for r in exp.rows)
+    changed = dataclasses.replace(exp, rows=rows)
+    kept = current_records(changed, everything)
+    assert set(kept["row"]) == {"LR^Multi"}
+    assert len(kept) == (everything["row"] == "LR^Multi").sum()
+
+
+def test_report_without_the_data_files_uses_the_records_digests(tmp_path, ill_files):
+    files = {s: tmp_path / p.name for s, p in ill_files.items()}
+    for s, p in ill_files.items():
+        files[s].write_bytes(p.read_bytes())
+    exp = ill_experiment(tmp_path / "res", files, certify_max_epochs=1)
+    run_sweep(exp)
+    before = build_report(exp).markdown
+    for f in files.values():
+        f.unlink()
+    after = build_report(exp).markdown
+    assert "Data files of ill are not on this machine" in after
+    assert [x for x in after.splitlines() if "not on this machine" not in x] == before.splitlines()
+
+
+def test_a_report_does_not_wait_for_an_open_write_transaction(tmp_path, ill_files):
+    exp = ill_experiment(tmp_path, ill_files, certify_max_epochs=1)
+    run_sweep(exp)
+    import sqlite3
+
+    writer = sqlite3.connect(Path(exp.results_dir) / exp.name / "records.sqlite",
+                             isolation_level=None)  # fmt: skip
+    writer.execute("BEGIN IMMEDIATE")
+    writer.execute("DELETE FROM records")  # uncommitted: the report must not see it
+    try:
+        start = time.monotonic()
+        rep = build_report(exp)
+        assert time.monotonic() - start < 10
+        assert "SVM^Multi" in rep.markdown and not rep.incomplete
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()

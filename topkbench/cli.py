@@ -98,7 +98,12 @@ def compose(overrides: list[str] | None, command: str | None = None) -> dict[str
     Every override either takes effect or is refused: keys that ``command`` would ignore
     (:func:`~topkbench.config.check_override_keys`), unknown keys at any level, and run options
     of the wrong type or range are errors."""
-    from topkbench.config import check_config_keys, check_override_keys, check_run_options
+    from topkbench.config import (
+        check_config_keys,
+        check_dataset_overrides,
+        check_override_keys,
+        check_run_options,
+    )
 
     if command is not None:
         check_override_keys(command, overrides)
@@ -127,6 +132,7 @@ def compose(overrides: list[str] | None, command: str | None = None) -> dict[str
     if isinstance(exp, dict) and exp.get("datasets"):
         exp["datasets"] = [_resolve_dataset(conf, d) for d in exp["datasets"]]
     check_config_keys(out)
+    check_dataset_overrides(overrides, out)
     check_run_options(out)
     return out  # type: ignore[return-value]
 

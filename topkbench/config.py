@@ -89,6 +89,24 @@ def check_config_keys(root: dict[str, Any]) -> None:
         refuse("dataset", unknown, DATASET_KEYS)
 
 
+def check_dataset_overrides(overrides: list[str] | None, root: dict[str, Any]) -> None:
+    """An experiment with a ``datasets:`` list ignores the top-level dataset: refuse
+    ``dataset=...`` and ``dataset.KEY=...`` for it rather than ignore them."""
+    exp = root.get("experiment")
+    if not (isinstance(exp, dict) and exp.get("datasets")):
+        return
+    for item in overrides or ():
+        key = item.split("=", 1)[0].lstrip("+~")
+        if key == "dataset" or key.startswith("dataset."):
+            names = ", ".join(str(d.get("name", d)) if isinstance(d, dict) else str(d)
+                              for d in exp["datasets"])  # fmt: skip
+            raise ConfigError(
+                f"{key}= does not apply: experiment {exp.get('name')} lists its own datasets "
+                f"({names})",
+                hint="edit the experiment's datasets: list (conf/experiment/) to change them",
+            )
+
+
 def check_run_options(root: dict[str, Any]) -> None:
     """Types and ranges of the top-level options every command shares."""
     check_int("seed", root.get("seed", 0), 0)
@@ -306,7 +324,7 @@ class ExperimentConfig:
     @classmethod
     def from_dict(cls, root: dict[str, Any]) -> ExperimentConfig:
         exp = root.get("experiment")
-        if not exp:
+        if not exp or "name" not in exp:
             raise ConfigError("no experiment selected", hint="topkbench sweep experiment=table3")
         C_values, base, step = _log_grid(exp, "C_grid")
         theta_values = _log_grid(exp, "theta_grid")[0] if exp.get("theta_grid") else ()

@@ -324,21 +324,36 @@ def fit(
     )
 
 
+def _available_memory() -> float | None:
+    """Bytes the kernel can give without swapping (``MemAvailable``: free memory plus the
+    reclaimable page cache, which memory-mapped features fill), or None where unknown."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return float(line.split()[1]) * 1024.0
+    except OSError:
+        pass
+    try:
+        return float(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
 def _check_memory(X, n: int, m: int) -> None:
     """Refuse a problem whose W (d x m) and dual (n x m) would not fit in memory, with the
     figure: a stray label of 2^40 or a feature index of 1e11 would otherwise end in a
     MemoryError (or in swap) deep inside the solver."""
     d = 0 if X is None else X.shape[1]
     need = 8.0 * (d * m + 2 * n * m)
-    try:
-        avail = float(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-    except (ValueError, OSError, AttributeError):
+    avail = _available_memory()
+    if avail is None:
         return
     if need > avail:
         raise InputError(
             f"the model needs {need / 2**30:.1f} GB (W: {d:,} features x {m:,} classes, "
-            f"dual: {n:,} x {m:,}), more than the {avail / 2**30:.1f} GB of free memory; check "
-            "the feature indices and labels of the data"
+            f"dual: {n:,} x {m:,}), more than the {avail / 2**30:.1f} GB of available memory; "
+            "check the feature indices and labels of the data"
         )
 
 

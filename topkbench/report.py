@@ -189,20 +189,26 @@ def build_report(exp: ExperimentConfig) -> TableReport:
 
 def missing_fits(exp: ExperimentConfig, records: pd.DataFrame) -> tuple[int, int]:
     """(missing, expected) base-grid fits of the selection stage: a report on a partial sweep
-    says so instead of selecting from incomplete grids in silence."""
+    says so instead of selecting from incomplete grids in silence.  Rows the sweep skips
+    (k >= m on that dataset) are not expected."""
     from topkbench.sweep import base_jobs
 
+    theta = records["theta"].astype(float) if "theta" in records else np.full(len(records), np.nan)
     have = set(
         zip(records["dataset"], records["draw"], records["row"], records["k"].astype(int),
             records["gamma"].astype(float), records["fold"], records["C"].astype(float),
-            strict=True)
+            np.round(np.nan_to_num(theta, nan=-1.0), 12), strict=True)
     )  # fmt: skip
+    m_of = records.groupby("dataset")["n_classes"].first().to_dict()
     expected = missing = 0
     for job in base_jobs(exp):
         ds = exp.datasets[job.dataset].name
+        if job.row.k >= m_of.get(ds, np.inf):
+            continue
+        th = -1.0 if job.theta is None else round(float(job.theta), 12)
         for C in job.C_values:
             expected += 1
-            coords = (ds, job.draw, job.row.row, job.row.k, job.row.gamma, job.fold, C)
+            coords = (ds, job.draw, job.row.row, job.row.k, job.row.gamma, job.fold, C, th)
             missing += coords not in have
     return missing, expected
 
@@ -224,6 +230,11 @@ def _with_store_notes(exp, rep: TableReport, records, n_other: int) -> TableRepo
             else ""
         )  # fmt: skip
     ]
+    if records.attrs.get("unverified"):
+        notes.append(
+            f"Data files of {', '.join(records.attrs['unverified'])} are not on this machine: "
+            "the records' own data digests were used."
+        )
     if n_other:
         notes.append(
             f"{n_other} records in {Path(exp.results_dir) / exp.name} belong to other settings, "

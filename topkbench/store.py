@@ -33,6 +33,7 @@ import platform
 import sqlite3
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
@@ -95,6 +96,33 @@ def _encode(record: dict[str, Any]) -> str:
     return json.dumps(record, default=_json_default, allow_nan=True, separators=(",", ":"))
 
 
+@dataclass(frozen=True)
+class CheckpointRef:
+    """A checkpoint file and the SHA-256 the store recorded for it: what the driver hands a
+    worker, which reads the (possibly large) dual itself."""
+
+    C: float
+    path: str
+    sha256: str
+
+
+def read_checkpoint(ref: CheckpointRef) -> tuple[float, np.ndarray] | None:
+    """``(C, A)`` of a checkpoint, or None when its file is missing or does not match its
+    SHA-256 (logged: the fit then starts cold, never fails)."""
+    try:
+        data = Path(ref.path).read_bytes()
+        if hashlib.sha256(data).hexdigest() != ref.sha256:
+            raise ValueError("its SHA-256 does not match the record store")
+        A = np.load(io.BytesIO(data), allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        log.warning("warm-start checkpoint %s ignored (%s); the fit starts cold", ref.path, exc)
+        return None
+    if not math.isfinite(ref.C) or not np.isfinite(A).all():
+        log.warning("warm-start checkpoint %s ignored (not finite)", ref.path)
+        return None
+    return ref.C, A
+
+
 class StoreError(ConfigError):
     """The results directory cannot be used (locked, unwritable, an old layout)."""
 
@@ -111,6 +139,7 @@ class RecordStore:
         self.db = self.dir / DB_NAME
         self.warm = self.dir / "warm"
         self._conn: sqlite3.Connection | None = None
+        self._writable = False
         legacy = self.dir / "records"
         if legacy.is_dir() and any(legacy.glob("*.parquet")):
             raise StoreError(
@@ -121,8 +150,10 @@ class RecordStore:
 
     # -- connection --------------------------------------------------------------------------
     def _connect(self, create: bool) -> sqlite3.Connection | None:
-        if self._conn is not None:
+        if self._conn is not None and (self._writable or not create):
             return self._conn
+        if self._conn is not None:  # a reader so far: reopen for writing
+            self.close()
         if not create and not self.db.exists():
             return None
         if create:
@@ -133,22 +164,26 @@ class RecordStore:
             except OSError as exc:
                 raise StoreError(f"cannot create results directory {self.dir}: {exc}") from None
         try:
-            conn = sqlite3.connect(self.db, timeout=60.0, isolation_level=None)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS records (key TEXT PRIMARY KEY, body TEXT NOT NULL, "
-                "finished_at TEXT NOT NULL)"
-            )
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS checkpoints (key TEXT PRIMARY KEY, C REAL NOT NULL, "
-                "file TEXT NOT NULL, sha256 TEXT NOT NULL)"
-            )
-            conn.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT)")
-            conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA),))
+            if create:
+                conn = sqlite3.connect(self.db, timeout=60.0, isolation_level=None)
+            else:  # readers never write, not even the schema (a report may run read-only)
+                conn = self._reader()
+            if create:
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
+                conn.execute(
+                    "CREATE TABLE IF NOT EXISTS records (key TEXT PRIMARY KEY, body TEXT NOT "
+                    "NULL, finished_at TEXT NOT NULL)"
+                )
+                conn.execute(
+                    "CREATE TABLE IF NOT EXISTS checkpoints (key TEXT PRIMARY KEY, C REAL NOT "
+                    "NULL, file TEXT NOT NULL, sha256 TEXT NOT NULL)"
+                )
+                conn.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT)")
+                conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA),))
+            schema = conn.execute("SELECT value FROM meta WHERE name = 'schema'").fetchone()
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open record store {self.db}: {exc}") from None
-        schema = conn.execute("SELECT value FROM meta WHERE name = 'schema'").fetchone()
         if schema is None or int(schema[0]) != SCHEMA:
             conn.close()
             raise StoreError(
@@ -157,6 +192,19 @@ class RecordStore:
                 hint=f"use another results_dir, or delete {self.dir}",
             )
         self._conn = conn
+        self._writable = create
+        return conn
+
+    def _reader(self) -> sqlite3.Connection:
+        """A read-only connection; on a directory we cannot write to (an archived results
+        copy) SQLite cannot create its WAL index, so the file is then opened as immutable."""
+        uri = self.db.resolve().as_uri()
+        conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=60.0, isolation_level=None)
+        try:
+            conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+        except sqlite3.OperationalError:
+            conn.close()
+            conn = sqlite3.connect(f"{uri}?immutable=1", uri=True, isolation_level=None)
         return conn
 
     def close(self) -> None:
@@ -237,9 +285,8 @@ class RecordStore:
         with self._transaction(conn):
             conn.execute("INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?, ?)", ck)
 
-    def load_warm(self, key: str) -> tuple[float, np.ndarray] | None:
-        """The checkpoint ``(C, A)`` under ``key``, or None (absent, or its file is missing or
-        does not match its recorded SHA-256: logged and ignored)."""
+    def checkpoint_ref(self, key: str) -> CheckpointRef | None:
+        """Where the checkpoint under ``key`` lives (read it with :func:`read_checkpoint`)."""
         conn = self._connect(create=False)
         row = (
             conn
@@ -250,26 +297,24 @@ class RecordStore:
         if not row:
             return None
         C, name, digest = row
-        path = self.warm / name
-        try:
-            data = path.read_bytes()
-            if hashlib.sha256(data).hexdigest() != digest:
-                raise ValueError("its SHA-256 does not match the record store")
-            A = np.load(io.BytesIO(data), allow_pickle=False)
-        except (OSError, ValueError) as exc:
-            log.warning("warm-start checkpoint %s ignored (%s); the fit starts cold", path, exc)
-            return None
-        if not math.isfinite(C) or not np.isfinite(A).all():
-            log.warning("warm-start checkpoint %s ignored (not finite)", path)
-            return None
-        return float(C), A
+        return CheckpointRef(float(C), str(self.warm / name), digest)
+
+    def load_warm(self, key: str) -> tuple[float, np.ndarray] | None:
+        """The checkpoint ``(C, A)`` under ``key``, or None (absent, or its file is missing or
+        does not match its recorded SHA-256: logged and ignored)."""
+        ref = self.checkpoint_ref(key)
+        return None if ref is None else read_checkpoint(ref)
 
     def export(self, path: str | os.PathLike) -> Path:
         """Write every record to ``path`` (``.parquet`` or ``.csv``, atomically)."""
         path = Path(path)
         df = self.load()
         for col in df.columns:  # JSON keeps mixed types (eval_every "auto" or 3): as text
-            if df[col].dtype == object and df[col].map(type).nunique() > 1:
+            if df[col].dtype != object:
+                continue
+            if df[col].map(lambda v: isinstance(v, (dict, list))).any():
+                df[col] = df[col].map(lambda v: None if v is None else json.dumps(v))
+            elif df[col].map(type).nunique() > 1:
                 df[col] = df[col].map(lambda v: None if v is None else str(v))
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)

@@ -38,7 +38,7 @@ import pandas as pd
 
 from topkbench.config import DatasetConfig, ExperimentConfig, SweepRow
 from topkbench.errors import TopkbenchError
-from topkbench.store import RecordStore, spec_key
+from topkbench.store import CheckpointRef, RecordStore, read_checkpoint, spec_key
 
 log = logging.getLogger(__name__)
 
@@ -89,13 +89,15 @@ def record_spec(
     C: float | None,
     init_C: float | None = None,
     theta: float | None = None,
+    digests: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The canonical spec of one record; its hash is the record key (DESIGN §8).
 
     It covers everything that changes the record's numbers: the dataset's options and the
-    SHA-256 of every file it reads, the draw, fold and protocol, the method with every solver
-    setting, the seed and the code version.  The sweep and the report use this one function,
-    so a report reads exactly the records of the configuration it names.
+    SHA-256 of every file it reads (``digests``, default: hashed now), the draw, fold and
+    protocol, the method with every solver setting, the seed and the code version.  The sweep
+    and the report use this one function, so a report reads exactly the records of the
+    configuration it names.
     """
     import topkbench
     from topkbench.data.dataset import file_digests
@@ -103,7 +105,7 @@ def record_spec(
     spec = {
         "experiment": exp.name,
         "dataset": ds.spec_dict(),
-        "data_sha256": file_digests(ds),
+        "data_sha256": file_digests(ds) if digests is None else digests,
         "draw": draw,
         "data_seed": exp.seed + draw,
         "fold": fold,
@@ -235,7 +237,7 @@ class PathTask:
     job: PathJob
     points: tuple[tuple[float, str, dict[str, Any], bool], ...]  # (C, key, spec, cached)
     path_key: str
-    checkpoint: tuple[float, np.ndarray] | None = None
+    checkpoint: CheckpointRef | None = None
 
     def run(self, exp: ExperimentConfig, emit: Emit) -> PathSummary:
         return run_path(exp, self, emit)
@@ -257,7 +259,7 @@ def plan_path(exp: ExperimentConfig, job: PathJob, store: RecordStore, done: set
     )
     ck = None
     if exp.warm_start and job.init_C is None and not all(p[3] for p in points):
-        ck = store.load_warm(path_key)
+        ck = store.checkpoint_ref(path_key)
     return PathTask(job, tuple(points), path_key, ck)
 
 
@@ -276,7 +278,7 @@ def run_path(exp: ExperimentConfig, task: PathTask, emit: Emit) -> PathSummary:
     data_seed = exp.seed + draw
     init_C = job.init_C
     ctx = None
-    ck = task.checkpoint
+    ck = None
     prev_model = None
     errors: list[str] = []
     for C, key, spec, cached in task.points:
@@ -296,6 +298,7 @@ def run_path(exp: ExperimentConfig, task: PathTask, emit: Emit) -> PathSummary:
                     errors.append(msg)
                     log.error("%s %s %s: %s", ds.name, row.row, fold, msg)
                 break
+            ck = read_checkpoint(task.checkpoint) if task.checkpoint is not None else None
         data = ctx.data
         # warm start from the largest finished C <= C of this path: the previous point of
         # this job, or the checkpoint
@@ -412,7 +415,7 @@ def _record(spec, ds, row: SweepRow, ctx: _Context, model, warm_started: bool) -
 
     data, dataset = ctx.data, ctx.dataset
     record: dict[str, Any] = {
-        **{k: v for k, v in spec.items() if k not in ("dataset", "data_sha256")},
+        **{k: v for k, v in spec.items() if k != "dataset"},
         "dataset": ds.name,
         "row": row.row,
         "status": model.status,
@@ -704,7 +707,7 @@ class CertifyTask:
     job: PathJob  # its one C
     key: str
     spec: dict[str, Any]
-    checkpoint: tuple[float, np.ndarray] | None
+    checkpoint: CheckpointRef | None
     prior_epochs: int
     prior_seconds: float
 
@@ -720,21 +723,23 @@ class CertifyTask:
             summary.errors = (msg,)
             return summary
         (C,) = job.C_values
+        warm = read_checkpoint(self.checkpoint) if self.checkpoint is not None else None
         try:
-            model = _fit_point(exp, job, ctx, C, seed, self.checkpoint,
+            model = _fit_point(exp, job, ctx, C, seed, warm,
                                max_epochs=exp.certify_max_epochs,
                                time_limit=exp.certify_time_limit)  # fmt: skip
         except TopkbenchError as exc:
             summary.failed = 1
             summary.errors = (f"C={C:g}: {exc}",)
             return summary
-        record = _record(self.spec, ds, job.row, ctx, model, self.checkpoint is not None)
+        record = _record(self.spec, ds, job.row, ctx, model, warm is not None)
         record.update(
             epochs=self.prior_epochs + model.epochs,
             train_seconds=self.prior_seconds + model.train_seconds,
             certify_epochs=model.epochs,
             certify_seconds=model.train_seconds,
             certify_time_limit=exp.certify_time_limit,
+            certify_max_epochs=exp.certify_max_epochs,
         )
         emit(self.key, record, ((self.key, C, model.A),) if _certifiable(job.row, model) else ())
         summary.done = 1
@@ -765,8 +770,10 @@ def certify_tasks(exp: ExperimentConfig, store: RecordStore, records: pd.DataFra
         ]
         if sel.theta is not None:
             recs = recs[np.isclose(recs["theta"].astype(float), sel.theta, rtol=1e-12)]
-        if "certify_time_limit" in recs:
-            tried = recs["certify_time_limit"].astype(float) >= exp.certify_time_limit
+        if "certify_time_limit" in recs:  # continued before: again only with a larger budget
+            tried = (recs["certify_time_limit"].astype(float) >= exp.certify_time_limit) & (
+                recs["certify_max_epochs"].astype(float) >= exp.certify_max_epochs
+            )
             recs = recs[~tried.fillna(False).to_numpy(dtype=bool)]
         for rec in recs.to_dict("records"):
             C = float(rec["C"])
@@ -777,7 +784,7 @@ def certify_tasks(exp: ExperimentConfig, store: RecordStore, records: pd.DataFra
                     job,
                     rec["key"],
                     spec,
-                    store.load_warm(rec["key"]),
+                    store.checkpoint_ref(rec["key"]),
                     int(rec["epochs"]),
                     float(rec["train_seconds"]),
                 )  # fmt: skip
@@ -786,24 +793,56 @@ def certify_tasks(exp: ExperimentConfig, store: RecordStore, records: pd.DataFra
 
 
 def current_records(exp: ExperimentConfig, records: pd.DataFrame) -> pd.DataFrame:
-    """The records of ``exp``'s configuration (DESIGN §8): those whose stored key is the key
-    :func:`record_spec` gives their coordinates under ``exp``.  Records of other solver
-    settings, data file contents, row definitions or code versions are left out."""
+    """The records of ``exp``'s configuration (DESIGN §8).
+
+    A record is kept when its stored key is the key :func:`record_spec` gives its coordinates
+    under ``exp``, its (k, gamma) is one of its row's variants and its theta one of the grid's
+    (so records of other solver settings, data file contents, row definitions or code versions
+    are left out), and, for Ent_tr rows started from the selected LR^Multi, its init_C is the
+    current selection.  Where a dataset's files are not on this machine (a report elsewhere),
+    the digests the records carry stand in for them; ``records.attrs["unverified"]`` names
+    those datasets.
+    """
+    from topkbench.data.dataset import missing_files
+
     if records.empty:
         return records
     rows = {r.row: r for r in exp.rows}
     datasets = {d.name: d for d in exp.datasets}
+    absent = {d.name for d in exp.datasets if missing_files(d)}
     keep = np.zeros(len(records), dtype=bool)
     for i, rec in enumerate(records.to_dict("records")):
         row, ds = rows.get(rec.get("row")), datasets.get(rec.get("dataset"))
         if row is None or ds is None:
             continue
         variant = dataclasses.replace(row, k=int(rec["k"]), gamma=float(rec["gamma"]))
+        if variant not in row.variants():
+            continue
         init_C, theta = (_opt_float(rec.get(h)) for h in ("init_C", "theta"))
+        if (theta is None) != (row.kernel != "rbf") or (
+            theta is not None and not np.isclose(exp.theta_values, theta, rtol=1e-12).any()
+        ):
+            continue
+        digests = rec.get("data_sha256") if ds.name in absent else None
+        if ds.name in absent and not isinstance(digests, dict):
+            continue
         spec = record_spec(exp, ds, variant, int(rec["draw"]), rec["fold"],
-                           _opt_float(rec["C"]), init_C, theta)  # fmt: skip
+                           _opt_float(rec["C"]), init_C, theta, digests)  # fmt: skip
         keep[i] = spec_key(spec) == rec["key"]
-    return records[keep].reset_index(drop=True)
+    out = records[keep].reset_index(drop=True)
+    lr = init_row(exp)
+    dependent = tuple(r for r in exp.rows if lr is not None and r.method == "topk_ent_tr")
+    if dependent and not out.empty:
+        init = _init_Cs(exp, out, lr, dependent, quiet=True)
+        ok = np.ones(len(out), dtype=bool)
+        for i, rec in enumerate(out.to_dict("records")):
+            if rec["row"] in {r.row for r in dependent}:
+                di = next(j for j, d in enumerate(exp.datasets) if d.name == rec["dataset"])
+                want = init.get((di, int(rec["draw"]), rec["row"]))
+                ok[i] = _opt_float(rec.get("init_C")) == want
+        out = out[ok].reset_index(drop=True)
+    out.attrs["unverified"] = sorted(absent & set(out["dataset"])) if not out.empty else []
+    return out
 
 
 def _opt_float(v) -> float | None:
@@ -837,7 +876,7 @@ def init_row(exp: ExperimentConfig) -> SweepRow | None:
     )
 
 
-def _init_Cs(exp, records: pd.DataFrame, lr: SweepRow, rows) -> dict[tuple, float]:
+def _init_Cs(exp, records: pd.DataFrame, lr: SweepRow, rows, quiet=False) -> dict[tuple, float]:
     """Per (dataset, draw, Ent_tr row): the C selected for LR^Multi's top-k, k of the row."""
     out = {}
     for di, ds in enumerate(exp.datasets):
@@ -852,6 +891,8 @@ def _init_Cs(exp, records: pd.DataFrame, lr: SweepRow, rows) -> dict[tuple, floa
             for row in rows:
                 C = best_C(curve, row.k)
                 if C is None:
+                    if quiet:
+                        continue
                     log.error("%s draw %d: no LR^Multi selection for %s; it starts from "
                               "LR^Multi at its own C", ds.name, draw, row.row)  # fmt: skip
                     continue
@@ -881,13 +922,26 @@ def _worker_init(queue) -> None:
         os._exit(1)
 
 
-def _run_queued(exp: ExperimentConfig, task) -> PathSummary:
-    return task.run(exp, lambda *msg: _QUEUE.put(msg))
+def _run_queued(exp: ExperimentConfig, index: int, task) -> None:
+    """Run a task in a pool worker: its records, then ("done", index, summary), go through the
+    one queue, so the driver sees a task's records before its end (one process's messages
+    arrive in order)."""
+    summary = task.run(exp, lambda *msg: _QUEUE.put(("record", msg)))
+    _QUEUE.put(("done", (index, summary)))
 
 
 def _run_collected(exp: ExperimentConfig, task) -> tuple[PathSummary, list]:
+    """Run a task on a Dask worker and return its records with its summary.  Each record of a
+    path carries the path's checkpoint, which the next one supersedes: only the last is kept,
+    so a returned path holds one n x m dual plus those of its budget-stopped fits."""
     out: list = []
     summary = task.run(exp, lambda *msg: out.append(msg))
+    path_key = getattr(task, "path_key", None)
+    last = max((i for i, (_, _, cks) in enumerate(out) if any(c[0] == path_key for c in cks)),
+               default=None)  # fmt: skip
+    for i, (key, record, cks) in enumerate(out):
+        if i != last:
+            out[i] = (key, record, tuple(c for c in cks if c[0] != path_key))
     return summary, out
 
 
@@ -936,7 +990,7 @@ class Driver:
 
     def _run_pool(self, tasks: list, done) -> None:
         import queue as queue_mod
-        from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+        from concurrent.futures import ProcessPoolExecutor
 
         if self._pool is None:
             import multiprocessing
@@ -947,28 +1001,48 @@ class Driver:
                 self.exp.n_jobs, mp_context=ctx, initializer=_worker_init,
                 initargs=(self._queue,),
             )  # fmt: skip
-        pending = {self._pool.submit(_run_queued, self.exp, t) for t in tasks}
-        emitted = received = 0
-        while pending or received < emitted:
+        futures = [self._pool.submit(_run_queued, self.exp, i, t) for i, t in enumerate(tasks)]
+        finished = 0
+        while finished < len(tasks):
             try:
-                msg = self._queue.get(timeout=0.05)
+                kind, payload = self._queue.get(timeout=0.1)
             except queue_mod.Empty:
-                pass
-            else:
-                self.commit(*msg)
-                received += 1
+                kind, payload = None, None
+            if kind is None:
+                # a failed task (or a dead worker: the pool is then broken) stops the sweep,
+                # after the records that did arrive are committed
+                failed = next((f for f in futures if f.done() and f.exception()), None)
+                if failed is not None:
+                    self._drain()
+                    raise failed.exception()
                 continue
-            finished, pending = wait(pending, timeout=0, return_when=FIRST_COMPLETED)
-            for fut in finished:
-                summary = fut.result()  # a worker's exception (or death) stops the sweep
-                emitted += summary.done
-                done(summary)
+            if kind == "record":
+                self.commit(*payload)
+            else:
+                finished += 1
+                done(payload[1])
+
+    def _drain(self, seconds: float = 2.0) -> None:
+        """Commit the records still queued (the workers' feeder threads may need a moment),
+        until the queue has been quiet for 0.5 s or ``seconds`` have passed."""
+        import queue as queue_mod
+
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            try:
+                kind, payload = self._queue.get(timeout=0.5)
+            except queue_mod.Empty:
+                return
+            if kind == "record":
+                self.commit(*payload)
 
     def close(self, kill: bool = False) -> None:
         if self._pool is not None:
-            if kill:
+            if kill:  # interrupted: keep what finished, then stop the workers
+                self._drain()
                 for p in list(getattr(self._pool, "_processes", {}).values()):
                     p.terminate()
+                self._drain(0.5)
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
 
@@ -1012,13 +1086,15 @@ def _run_stages(exp, store: RecordStore, driver: Driver, on_stage) -> list[PathS
     first = tuple(r for r in exp.rows if r not in dependent)
     decided: dict[tuple, set[float]] = {}
 
-    def execute(jobs: list[PathJob], label: str) -> list[PathSummary]:
-        if not jobs:
+    def execute(jobs: list[PathJob], label: str, only_new: bool = False) -> list[PathSummary]:
+        """Run ``jobs`` (``only_new``: not at all when every point is already stored)."""
+        done = store.keys()
+        tasks = [plan_path(exp, j, store, done) for j in jobs]
+        if not tasks or (only_new and all(p[3] for t in tasks for p in t.points)):
             return []
         if on_stage:
             on_stage(label, sum(len(j.C_values) for j in jobs))
-        done = store.keys()
-        return driver.run([plan_path(exp, j, store, done) for j in jobs])
+        return driver.run(tasks)
 
     def certify() -> list[PathSummary]:
         out: list[PathSummary] = []
@@ -1041,12 +1117,19 @@ def _run_stages(exp, store: RecordStore, driver: Driver, on_stage) -> list[PathS
         return out
 
     results = stage(first, {}, "grid")
+    results += certify()
     init: dict[tuple, float] = {}
     if dependent:
-        # TPAMI §6.2: top-k Ent_tr starts from the selected LR^Multi solution
+        # TPAMI §6.2: top-k Ent_tr starts from the selected (and certified) LR^Multi solution
         init = _init_Cs(exp, current_records(exp, store.load()), lr, dependent)
         results += stage(dependent, init, "grid (Ent_tr from selected LR^Multi)")
-    results += certify()
-    results += execute(_refit_jobs(exp, current_records(exp, store.load()), init), "refit")
-    results += certify()
+    # refits at the selected C values, then their certification; a continued fit can move a
+    # selection, so repeat until nothing is left to fit
+    for round_ in range(MAX_CERTIFY_ROUNDS):
+        recs = current_records(exp, store.load())
+        refits = execute(_refit_jobs(exp, recs, init), "refit", only_new=round_ > 0)
+        continued = certify()
+        results += refits + continued
+        if not sum(r.done for r in refits + continued):
+            break
     return results
