@@ -1,4 +1,4 @@
-"""Targets and evaluation units of multilabel data (:mod:`topkbench.evaluation`).
+"""Targets and evaluation units of multilabel data (:mod:`topkbench.experiments.evaluation`).
 
 What is tested: max pooling of region scores per image and the per-image label check (TPAMI,
 /work/shared/papers/002_0e6cc4a42c89f487.txt §6.3, "max pooling"), the targets a method trains
@@ -21,7 +21,7 @@ from sklearn.metrics import average_precision_score
 from topkbench.config import DatasetConfig
 from topkbench.data.dataset import load_dataset
 from topkbench.errors import ConfigError, DataFormatError
-from topkbench.evaluation import (
+from topkbench.experiments.evaluation import (
     evaluate_multilabel,
     max_pool,
     multilabel_record,

@@ -25,9 +25,10 @@ import pytest
 from topkbench.cli import compose
 from topkbench.config import DatasetConfig, ExperimentConfig
 from topkbench.data.synthetic import make_ill_conditioned
-from topkbench.report import build_report
-from topkbench.store import RecordStore, StoreError, WriterLock
-from topkbench.sweep import current_records, run_sweep
+from topkbench.experiments.report import build_report
+from topkbench.experiments.selection import current_records
+from topkbench.experiments.store import RecordStore, StoreError, WriterLock
+from topkbench.experiments.sweep import run_sweep
 
 
 def write_libsvm(path: Path, X: np.ndarray, y: np.ndarray) -> Path:

@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 import topkbench.model
 from topkbench.cli import app, compose
 from topkbench.config import ExperimentConfig
-from topkbench.report import build_report
-from topkbench.store import RecordStore
-from topkbench.sweep import run_sweep
+from topkbench.experiments.report import build_report
+from topkbench.experiments.store import RecordStore
+from topkbench.experiments.sweep import run_sweep
 
 runner = CliRunner()
 GOLDEN = Path(__file__).parent / "golden" / "table3_smoke.md"

@@ -10,9 +10,12 @@ import pytest
 from topkbench.cli import compose
 from topkbench.config import ExperimentConfig
 from topkbench.errors import ConfigError
-from topkbench.report import build_report, load_published
-from topkbench.store import RecordStore
-from topkbench.sweep import mean_validation, run_sweep, selection_folds
+from topkbench.experiments.plan import selection_folds
+from topkbench.experiments.render import load_published
+from topkbench.experiments.report import build_report
+from topkbench.experiments.selection import mean_validation
+from topkbench.experiments.store import RecordStore
+from topkbench.experiments.sweep import run_sweep
 
 
 @pytest.fixture(scope="module")

@@ -17,10 +17,11 @@ import pytest
 from topkbench.cli import compose
 from topkbench.config import ExperimentConfig
 from topkbench.data.dataset import load_dataset
-from topkbench.multilabel_selection import group_folds
-from topkbench.report import build_report, load_published
-from topkbench.store import RecordStore
-from topkbench.sweep import run_sweep
+from topkbench.experiments.render import load_published
+from topkbench.experiments.report import build_report
+from topkbench.experiments.selection_multilabel import group_folds
+from topkbench.experiments.store import RecordStore
+from topkbench.experiments.sweep import run_sweep
 
 GOLDEN_MD = Path(__file__).parent / "golden" / "table11_smoke.md"
 

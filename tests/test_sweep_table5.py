@@ -19,9 +19,10 @@ from typer.testing import CliRunner
 import topkbench.model
 from topkbench.cli import app, compose
 from topkbench.config import ExperimentConfig
-from topkbench.report import build_report
-from topkbench.store import RecordStore
-from topkbench.sweep import best_C, mean_validation, run_sweep
+from topkbench.experiments.report import build_report
+from topkbench.experiments.selection import best_C, mean_validation
+from topkbench.experiments.store import RecordStore
+from topkbench.experiments.sweep import run_sweep
 
 runner = CliRunner()
 GOLDEN_MD = Path(__file__).parent / "golden" / "table5_smoke.md"

@@ -16,10 +16,11 @@ import pytest
 
 from topkbench.cli import compose
 from topkbench.config import ExperimentConfig
+from topkbench.experiments.render import write_report
+from topkbench.experiments.report import build_report
+from topkbench.experiments.store import RecordStore
+from topkbench.experiments.sweep import run_sweep
 from topkbench.metrics.multilabel import LOWER_IS_BETTER, PARTITION_METRICS, delta_grid
-from topkbench.report import build_report, write_report
-from topkbench.store import RecordStore
-from topkbench.sweep import run_sweep
 
 GOLDEN_MD = Path(__file__).parent / "golden" / "table7_smoke.md"
 GOLDEN_TEX = Path(__file__).parent / "golden" / "table7_smoke.tex"

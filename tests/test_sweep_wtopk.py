@@ -9,9 +9,10 @@ import numpy as np
 
 from topkbench.cli import compose
 from topkbench.config import ExperimentConfig, SweepRow
-from topkbench.report import build_report
-from topkbench.store import RecordStore
-from topkbench.sweep import record_spec, run_sweep
+from topkbench.experiments.plan import record_spec
+from topkbench.experiments.report import build_report
+from topkbench.experiments.store import RecordStore
+from topkbench.experiments.sweep import run_sweep
 
 
 def test_wtopk_rows_in_a_table5_style_sweep(tmp_path):

@@ -363,9 +363,9 @@ def bench_table5(exp_warm, out_dir, progress=None) -> tuple[list[Table5BenchRow]
     from dataclasses import replace
     from pathlib import Path
 
-    from topkbench.report import build_report
-    from topkbench.store import RecordStore
-    from topkbench.sweep import run_sweep
+    from topkbench.experiments.report import build_report
+    from topkbench.experiments.store import RecordStore
+    from topkbench.experiments.sweep import run_sweep
 
     # untimed: start the worker processes and load the compiled kernels in them
     scratch = Path(out_dir) / "table5-spinup"

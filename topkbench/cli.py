@@ -187,7 +187,7 @@ def train(
     from topkbench.config import TrainConfig
     from topkbench.data.dataset import load_dataset
     from topkbench.errors import ConvergenceWarning
-    from topkbench.evaluation import evaluate_multilabel, training_targets
+    from topkbench.experiments.evaluation import evaluate_multilabel, training_targets
     from topkbench.losses.registry import get_method
     from topkbench.metrics.topk import topk_accuracy
     from topkbench.model import fit
@@ -329,7 +329,7 @@ def sweep(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from topkbench.config import ExperimentConfig
-    from topkbench.sweep import run_sweep
+    from topkbench.experiments.sweep import run_sweep
 
     exp = _available_datasets(ExperimentConfig.from_dict(compose(overrides, "sweep")), skip_missing)
     counts = {"done": 0, "cached": 0, "failed": 0, "skipped": 0, "not_converged": 0}
@@ -439,7 +439,8 @@ def report(
     ),
 ) -> None:
     from topkbench.config import ExperimentConfig
-    from topkbench.report import build_report, write_report
+    from topkbench.experiments.render import write_report
+    from topkbench.experiments.report import build_report
 
     exp = ExperimentConfig.from_dict(compose(overrides, "report"))
     rep = build_report(exp)
@@ -462,7 +463,7 @@ def export(
     out: Path = typer.Option(..., "--out", help="file to write: .parquet or .csv"),
 ) -> None:
     from topkbench.config import ExperimentConfig
-    from topkbench.store import RecordStore
+    from topkbench.experiments.store import RecordStore
 
     exp = ExperimentConfig.from_dict(compose(overrides, "export"))
     store = RecordStore(exp.results_dir, exp.name)

@@ -1,0 +1,101 @@
+"""What every report layout shares: the report value, published numbers, number and LaTeX
+formatting, the per-dataset Markdown blocks and the files written."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from topkbench.config import ExperimentConfig
+
+
+def load_published(name: str) -> pd.DataFrame:
+    """Published numbers (``row, k, value`` in %) from ``topkbench/published/<name>``."""
+    with resources.files("topkbench.published").joinpath(name).open() as fh:
+        return pd.read_csv(fh, comment="#")
+
+
+@dataclass
+class TableReport:
+    markdown: str
+    table: pd.DataFrame
+    selected: pd.DataFrame
+    latex: str | None = None
+    incomplete: bool = False
+
+
+def _fmt(x: float) -> str:
+    return "—" if x is None or not np.isfinite(x) else f"{x:.1f}"
+
+
+def markdown_blocks(exp, table, titles, columns, cells) -> list[str]:
+    """One Markdown table per dataset that has results: rows = methods, a column group
+    ``(title, paper, Δ)`` per ``columns`` entry ``(key, title)``; ``cells(t, row, key)`` gives
+    the three cells from the dataset's part ``t`` of the long ``table``."""
+    lines = [f"# {exp.title}", ""]
+    for ds in exp.datasets:
+        t = table[table["dataset"] == ds.name]
+        if not t["draws"].any():
+            continue
+        header = ["Method"]
+        for _, title in columns:
+            header += [title, "paper", "Δ"]
+        lines += [f"## {titles[ds.name]}", "", "| " + " | ".join(header) + " |"]
+        lines.append("|" + "---|" * len(header))
+        for row in t["row"].unique():
+            out = [row]
+            for key, _ in columns:
+                out += list(cells(t, row, key))
+            lines.append("| " + " | ".join(out) + " |")
+        lines.append("")
+    return lines
+
+
+_TEX_ESCAPES = {
+    "&": r"\&",
+    "%": r"\%",
+    "_": r"\_",
+    "#": r"\#",
+    "^": r"\^{}",
+    "±": r"$\pm$",
+    "Δ": r"$\Delta$",
+    "—": "--",
+}
+
+
+def _tex(text: str) -> str:
+    """Escape for LaTeX; the paper's row names' ``^X`` / ``_X`` become super/subscripts."""
+    import re
+
+    parts = re.split(r"([\^_][A-Za-z0-9]+)", str(text))
+    out = []
+    for part in parts:
+        if re.fullmatch(r"[\^_][A-Za-z0-9]+", part):
+            out.append(f"${part[0]}{{\\mathrm{{{part[1:]}}}}}$")
+        else:
+            out.append("".join(_TEX_ESCAPES.get(ch, ch) for ch in part))
+    return "".join(out)
+
+
+UNCERTIFIED = "†"
+
+
+def write_report(exp: ExperimentConfig, rep: TableReport) -> list[Path]:
+    out = Path(exp.results_dir) / exp.name
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "report.md", out / "report.csv", out / "selected.csv"]
+    paths[0].write_text(rep.markdown)
+    rep.table.to_csv(paths[1], index=False)
+    rep.selected.to_csv(paths[2], index=False)
+    if rep.latex is not None:
+        paths.append(out / "report.tex")
+        paths[-1].write_text(rep.latex)
+    return paths
+
+
+def exp_row_names(exp: ExperimentConfig) -> set[str]:
+    return {r.row for r in exp.rows}

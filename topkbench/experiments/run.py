@@ -1,0 +1,323 @@
+"""Running tasks: a path (:class:`PathTask`), the continuation of a selected fit
+(:class:`CertifyTask`), and the driver that executes them and is the store's one writer.
+
+The driver process commits each finished point with its warm-start checkpoint as it arrives,
+so an interrupted sweep loses no finished record and a re-run resumes where it stopped.  Tasks
+run in process, on local worker processes (``n_jobs``) or on a Dask cluster
+(``scheduler=ADDRESS``; workers need the data files, not the results directory).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from topkbench.config import ExperimentConfig
+from topkbench.errors import TopkbenchError
+from topkbench.experiments.fits import certifiable, fit_point, make_record, path_context
+from topkbench.experiments.plan import PathJob, PathSummary, record_spec
+from topkbench.experiments.store import CheckpointRef, RecordStore, read_checkpoint, spec_key
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PathTask:
+    """A path as the driver hands it to a worker: each C with its record key and spec and
+    whether the store already holds it, and the path's warm-start checkpoint (its largest
+    finished C).  Workers never read or write the store."""
+
+    job: PathJob
+    points: tuple[tuple[float, str, dict[str, Any], bool], ...]  # (C, key, spec, cached)
+    path_key: str
+    checkpoint: CheckpointRef | None = None
+
+    def run(self, exp: ExperimentConfig, emit: Emit) -> PathSummary:
+        return run_path(exp, self, emit)
+
+
+Emit = Callable[[str, dict[str, Any], tuple], None]  # (key, record, checkpoints)
+
+
+def plan_path(exp: ExperimentConfig, job: PathJob, store: RecordStore, done: set[str]) -> PathTask:
+    """The task of ``job`` against the store's finished keys ``done`` (driver side)."""
+    ds = exp.datasets[job.dataset]
+    points = []
+    for C in sorted(job.C_values):
+        spec = record_spec(exp, ds, job.row, job.draw, job.fold, C, job.init_C, job.theta)
+        key = spec_key(spec)
+        points.append((C, key, spec, key in done))
+    path_key = spec_key(
+        record_spec(exp, ds, job.row, job.draw, job.fold, None, job.init_C, job.theta)
+    )
+    ck = None
+    if exp.warm_start and job.init_C is None and not all(p[3] for p in points):
+        ck = store.checkpoint_ref(path_key)
+    return PathTask(job, tuple(points), path_key, ck)
+
+
+def run_path(exp: ExperimentConfig, task: PathTask, emit: Emit) -> PathSummary:
+    """Run (or resume) one path, handing each finished record to ``emit``; returns counts.
+
+    Each record goes with its checkpoints: the path's (the dual at its largest finished C, the
+    warm start of a resumed path) and, for a fit stopped on the budget, the point's own (from
+    which :func:`certify_selected` continues it).
+    """
+    job = task.job
+    start = time.perf_counter()
+    ds = exp.datasets[job.dataset]
+    row, draw, fold = job.row, job.draw, job.fold
+    summary = PathSummary(row=row.row, draw=draw, dataset=ds.name, fold=fold)
+    data_seed = exp.seed + draw
+    init_C = job.init_C
+    ctx = None
+    ck = None
+    prev_model = None
+    errors: list[str] = []
+    for C, key, spec, cached in task.points:
+        if cached:
+            summary.cached += 1
+            prev_model = None
+            continue
+        if ctx is None:
+            ctx, msg = path_context(exp, job, data_seed)
+            if msg is not None:
+                n_left = len(task.points) - summary.cached
+                if msg.startswith("skip:"):
+                    summary.skipped = n_left
+                    log.info("%s", msg[5:])
+                else:
+                    summary.failed = n_left
+                    errors.append(msg)
+                    log.error("%s %s %s: %s", ds.name, row.row, fold, msg)
+                break
+            ck = read_checkpoint(task.checkpoint) if task.checkpoint is not None else None
+        data = ctx.data
+        # warm start from the largest finished C <= C of this path: the previous point of
+        # this job, or the checkpoint
+        warm = prev_model if exp.warm_start and init_C is None else None
+        if ck is not None and ck[0] <= C and ck[1].shape[0] == data.X.shape[0]:
+            if warm is None or ck[0] > warm.params["C"]:
+                warm = ck
+        try:
+            model = fit_point(exp, job, ctx, C, data_seed, warm)
+        except TopkbenchError as exc:
+            summary.failed += 1
+            errors.append(f"C={C:g}: {exc}")
+            log.error("%s %s draw %d %s C=%g failed: %s", ds.name, row.row, draw, fold, C, exc)
+            prev_model = None
+            continue
+        record = make_record(spec, ds, row, ctx, model, warm is not None)
+        checkpoints = []
+        if exp.warm_start and init_C is None and (ck is None or C > ck[0]):
+            checkpoints.append((task.path_key, C, model.A))
+            ck = (C, model.A)
+        if certifiable(row, model):
+            checkpoints.append((key, C, model.A))
+        emit(key, record, tuple(checkpoints))
+        summary.done += 1
+        summary.not_converged += model.status != "converged"
+        prev_model = model
+    summary.seconds = time.perf_counter() - start
+    summary.errors = tuple(errors)
+    return summary
+
+
+@dataclass(frozen=True)
+class CertifyTask:
+    """Continue one selected, budget-stopped fit from its stored dual until eps (within the
+    experiment's certify budget), and replace its record by the certified one."""
+
+    job: PathJob  # its one C
+    key: str
+    spec: dict[str, Any]
+    checkpoint: CheckpointRef | None
+    prior_epochs: int
+    prior_seconds: float
+
+    def run(self, exp: ExperimentConfig, emit: Emit) -> PathSummary:
+        job = self.job
+        ds = exp.datasets[job.dataset]
+        summary = PathSummary(row=job.row.row, draw=job.draw, dataset=ds.name, fold=job.fold)
+        start = time.perf_counter()
+        seed = exp.seed + job.draw
+        ctx, msg = path_context(exp, job, seed)
+        if ctx is None:
+            summary.failed = 1
+            summary.errors = (msg,)
+            return summary
+        (C,) = job.C_values
+        warm = read_checkpoint(self.checkpoint) if self.checkpoint is not None else None
+        try:
+            model = fit_point(exp, job, ctx, C, seed, warm,
+                               max_epochs=exp.certify_max_epochs,
+                               time_limit=exp.certify_time_limit)  # fmt: skip
+        except TopkbenchError as exc:
+            summary.failed = 1
+            summary.errors = (f"C={C:g}: {exc}",)
+            return summary
+        record = make_record(self.spec, ds, job.row, ctx, model, warm is not None)
+        record.update(
+            epochs=self.prior_epochs + model.epochs,
+            train_seconds=self.prior_seconds + model.train_seconds,
+            certify_epochs=model.epochs,
+            certify_seconds=model.train_seconds,
+            certify_time_limit=exp.certify_time_limit,
+            certify_max_epochs=exp.certify_max_epochs,
+        )
+        emit(self.key, record, ((self.key, C, model.A),) if certifiable(job.row, model) else ())
+        summary.done = 1
+        summary.not_converged = int(model.status != "converged")
+        summary.seconds = time.perf_counter() - start
+        return summary
+
+
+_QUEUE = None  # a pool worker's channel to the driver
+
+
+def _worker_init(queue) -> None:
+    """Pool workers: records go to the driver through ``queue``; Ctrl-C is the driver's to
+    handle; and a worker dies with the driver (Linux ``PR_SET_PDEATHSIG``), so a killed sweep
+    leaves no orphan computing."""
+    import signal
+
+    global _QUEUE
+    _QUEUE = queue
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() == 1:  # the driver died before prctl took effect
+        os._exit(1)
+
+
+def _run_queued(exp: ExperimentConfig, index: int, task) -> None:
+    """Run a task in a pool worker: its records, then ("done", index, summary), go through the
+    one queue, so the driver sees a task's records before its end (one process's messages
+    arrive in order)."""
+    summary = task.run(exp, lambda *msg: _QUEUE.put(("record", msg)))
+    _QUEUE.put(("done", (index, summary)))
+
+
+def _run_collected(exp: ExperimentConfig, task) -> tuple[PathSummary, list]:
+    """Run a task on a Dask worker and return its records with its summary.  Each record of a
+    path carries the path's checkpoint, which the next one supersedes: only the last is kept,
+    so a returned path holds one n x m dual plus those of its budget-stopped fits."""
+    out: list = []
+    summary = task.run(exp, lambda *msg: out.append(msg))
+    path_key = getattr(task, "path_key", None)
+    last = max((i for i, (_, _, cks) in enumerate(out) if any(c[0] == path_key for c in cks)),
+               default=None)  # fmt: skip
+    for i, (key, record, cks) in enumerate(out):
+        if i != last:
+            out[i] = (key, record, tuple(c for c in cks if c[0] != path_key))
+    return summary, out
+
+
+class Driver:
+    """The sweep's one writer (DESIGN §8): runs tasks in process, on a local process pool
+    (``n_jobs``) or on a Dask cluster (``scheduler``), and commits every record the workers
+    hand back in its own transaction.  Pool workers stream records as each fit finishes; Dask
+    workers return a path's records with its summary (so they never touch a shared file)."""
+
+    def __init__(self, exp: ExperimentConfig, store: RecordStore, on_path_done=None) -> None:
+        self.exp, self.store, self.on_path_done = exp, store, on_path_done
+        self._pool = None
+        self._queue = None
+
+    def commit(self, key: str, record: dict[str, Any], checkpoints: tuple) -> None:
+        self.store.write(key, record, checkpoints)
+
+    def run(self, tasks: list) -> list[PathSummary]:
+        results: list[PathSummary] = []
+
+        def done(s: PathSummary) -> None:
+            results.append(s)
+            if self.on_path_done:
+                self.on_path_done(s)
+
+        exp = self.exp
+        if not tasks:
+            return results
+        if exp.scheduler:
+            from distributed import Client, as_completed
+
+            with Client(exp.scheduler) as client:
+                futures = client.map(_run_collected, [exp] * len(tasks), tasks, pure=False)
+                for fut in as_completed(futures):
+                    summary, msgs = fut.result()
+                    for msg in msgs:
+                        self.commit(*msg)
+                    done(summary)
+            return results
+        if exp.n_jobs == 1 or len(tasks) == 1:
+            for task in tasks:
+                done(task.run(exp, self.commit))
+            return results
+        self._run_pool(tasks, done)
+        return results
+
+    def _run_pool(self, tasks: list, done) -> None:
+        import queue as queue_mod
+        from concurrent.futures import ProcessPoolExecutor
+
+        if self._pool is None:
+            import multiprocessing
+
+            ctx = multiprocessing.get_context("spawn")
+            self._queue = ctx.Queue()
+            self._pool = ProcessPoolExecutor(
+                self.exp.n_jobs, mp_context=ctx, initializer=_worker_init,
+                initargs=(self._queue,),
+            )  # fmt: skip
+        futures = [self._pool.submit(_run_queued, self.exp, i, t) for i, t in enumerate(tasks)]
+        finished = 0
+        while finished < len(tasks):
+            try:
+                kind, payload = self._queue.get(timeout=0.1)
+            except queue_mod.Empty:
+                kind, payload = None, None
+            if kind is None:
+                # a failed task (or a dead worker: the pool is then broken) stops the sweep,
+                # after the records that did arrive are committed
+                failed = next((f for f in futures if f.done() and f.exception()), None)
+                if failed is not None:
+                    self._drain()
+                    raise failed.exception()
+                continue
+            if kind == "record":
+                self.commit(*payload)
+            else:
+                finished += 1
+                done(payload[1])
+
+    def _drain(self, seconds: float = 2.0) -> None:
+        """Commit the records still queued (the workers' feeder threads may need a moment),
+        until the queue has been quiet for 0.5 s or ``seconds`` have passed."""
+        import queue as queue_mod
+
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            try:
+                kind, payload = self._queue.get(timeout=0.5)
+            except queue_mod.Empty:
+                return
+            if kind == "record":
+                self.commit(*payload)
+
+    def close(self, kill: bool = False) -> None:
+        if self._pool is not None:
+            if kill:  # interrupted: keep what finished, then stop the workers
+                self._drain()
+                for p in list(getattr(self._pool, "_processes", {}).values()):
+                    p.terminate()
+                self._drain(0.5)
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
