@@ -18,7 +18,7 @@ import numpy as np
 import topkbench
 from topkbench.kernels.sdca import objective_terms
 from topkbench.losses.registry import get_method
-from topkbench.solvers.sdca import as_label_csr, relative_gap
+from topkbench.solvers.problem import as_label_csr, relative_gap
 
 
 def main() -> None:

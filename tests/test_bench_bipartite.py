@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 from typer.testing import CliRunner
 
-from topkbench.bench import PAPER_TABLE2, bench_bipartite
+from topkbench.bench.bipartite import PAPER_TABLE2, bench_bipartite
 from topkbench.cli import app
 
 

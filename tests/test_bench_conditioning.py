@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 from typer.testing import CliRunner
 
-import topkbench.bench_conditioning as bc
+import topkbench.bench.conditioning as bc
 from topkbench.cli import app
 from topkbench.data.synthetic import make_ill_conditioned
 

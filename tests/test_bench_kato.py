@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from topkbench import bench
+from topkbench.bench import kato as bench
+from topkbench.bench.common import make_gaussian_problem
 from topkbench.cli import app
 from topkbench.errors import ConfigError
 
@@ -38,7 +39,7 @@ def test_kato_fig2_refuses_k_outside_1_to_m_minus_1_before_any_kernel_runs(monke
         raise AssertionError("the SDCA study ran before k was checked")
 
     monkeypatch.setattr(bench, "_sdca_study", no_kernels)
-    X, y = bench.make_gaussian_problem(60, 4, 4, 0)
+    X, y = make_gaussian_problem(60, 4, 4, 0)
     with pytest.raises(ConfigError, match=r"k must be in \[1, 3\]"):
         bench.kato_fig2(X, y, k=4, iters=2)
 

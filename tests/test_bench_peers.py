@@ -14,8 +14,8 @@ import pytest
 from scipy.special import logsumexp
 from typer.testing import CliRunner
 
-from topkbench.bench import make_gaussian_problem
-from topkbench.bench_peers import (
+from topkbench.bench.common import make_gaussian_problem
+from topkbench.bench.peers import (
     CERT_LABEL,
     OURS_LABEL,
     PEERS,

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from topkbench.bench import PROJECTION_METHODS, ProjectionBenchRow, scaling_exponent
+from topkbench.bench.projections import PROJECTION_METHODS, ProjectionBenchRow, scaling_exponent
 from topkbench.cli import app
 from topkbench.kernels import topk
 from topkbench.kernels.projection_batch import project_rows

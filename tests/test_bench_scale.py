@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from topkbench.bench import bench_scale, write_scale_problem
+from topkbench.bench.scale import bench_scale, write_scale_problem
 from topkbench.cli import app
 from topkbench.data.features import read_features
 from topkbench.errors import ConfigError

@@ -9,12 +9,8 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from topkbench.bench import (
-    bench_sdca,
-    bench_sdca_convergence,
-    make_gaussian_problem,
-    measure_peak_gflops,
-)
+from topkbench.bench.common import make_gaussian_problem, measure_peak_gflops
+from topkbench.bench.sdca import bench_sdca, bench_sdca_convergence
 from topkbench.cli import app
 from topkbench.errors import ConfigError
 from topkbench.solvers.sdca import solve_sdca
@@ -36,7 +32,7 @@ def test_epoch_rows_relate_time_to_the_flop_bound():
 def test_bound_uses_the_highest_peak_measured_before_each_loss(monkeypatch):
     """Without a given peak, it is measured before each loss; every row's bound uses the
     highest measurement and keeps its own."""
-    import topkbench.bench as B
+    import topkbench.bench.sdca as B
 
     peaks = iter([30.0, 50.0, 40.0])
     monkeypatch.setattr(B, "measure_peak_gflops", lambda: next(peaks))

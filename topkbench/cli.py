@@ -508,14 +508,8 @@ def bench_sdca_cmd(
     from rich.console import Console
     from rich.table import Table
 
-    from topkbench.bench import (
-        bench_sdca,
-        bench_sdca_convergence,
-        check_sdca_problem,
-        method_label,
-        parse_method_spec,
-        plot_sdca_convergence,
-    )
+    from topkbench.bench.common import check_sdca_problem, method_label, parse_method_spec
+    from topkbench.bench.sdca import bench_sdca, bench_sdca_convergence, plot_sdca_convergence
 
     if converge:  # refuse the study's parameters before the (long) timing part
         check_sdca_problem(n, d, m, conv_C, eps)
@@ -615,8 +609,8 @@ def bench_conditioning_cmd(
     from rich.console import Console
     from rich.table import Table
 
-    from topkbench.bench import method_label, parse_method_spec
-    from topkbench.bench_conditioning import (
+    from topkbench.bench.common import method_label, parse_method_spec
+    from topkbench.bench.conditioning import (
         LOG2_C,
         PROBLEMS,
         bench_conditioning,
@@ -697,7 +691,8 @@ def bench_scale_cmd(
     from rich.console import Console
     from rich.table import Table
 
-    from topkbench.bench import bench_scale, method_label, parse_method_spec
+    from topkbench.bench.common import method_label, parse_method_spec
+    from topkbench.bench.scale import bench_scale
 
     methods = tuple(parse_method_spec(x) for x in method) if method else (("svm_multi", 0.0, 1),)
     rows = bench_scale(
@@ -754,7 +749,7 @@ def bench_projections_cmd(
     from rich.console import Console
     from rich.table import Table
 
-    from topkbench.bench import (
+    from topkbench.bench.projections import (
         PROJECTION_METHODS,
         bench_projections,
         plot_projections,
@@ -810,7 +805,7 @@ def bench_bipartite_cmd(
     from rich.console import Console
     from rich.table import Table
 
-    from topkbench.bench import bench_bipartite
+    from topkbench.bench.bipartite import bench_bipartite
 
     def progress(d, done, total) -> None:
         if done == total or done % 100 == 0:
@@ -850,7 +845,7 @@ _TARGET_OPT = typer.Option(1e-3, help="absolute gap the summary times (Kato: 1e-
 def _study_problem(overrides, n: int, d: int, m: int, seed: int):
     """The train split of the dataset the overrides select (dense), or the seeded Gaussian
     problem (``bench.make_gaussian_problem``); with its display name."""
-    from topkbench.bench import make_gaussian_problem
+    from topkbench.bench.common import make_gaussian_problem
 
     if overrides:
         from topkbench.config import TrainConfig
@@ -894,7 +889,7 @@ def bench_kato_fig2_cmd(
     from rich.console import Console
     from rich.table import Table
 
-    from topkbench.bench import kato_fig2, plot_kato_fig2
+    from topkbench.bench.kato import kato_fig2, plot_kato_fig2
 
     X, y, name = _study_problem(overrides, n, d, m, seed)
     points = kato_fig2(X, y, k=k, C=C, iters=iters, seed=seed)
@@ -921,7 +916,7 @@ def _fw_study_output(points, out: Path, stem: str, title: str, target: float) ->
     from rich.console import Console
     from rich.table import Table
 
-    from topkbench.bench import fw_study_summary, plot_fw_study
+    from topkbench.bench.kato import fw_study_summary, plot_fw_study
 
     out.mkdir(parents=True, exist_ok=True)
     pd.DataFrame([asdict(p) for p in points]).to_csv(out / f"{stem}.csv", index=False)
@@ -966,7 +961,7 @@ def bench_kato_fig3_cmd(
     out: Path = _OUT_OPT,
 ) -> None:
     _setup_logging(False)
-    from topkbench.bench import KATO_FIG3_GAMMAS, kato_fig3
+    from topkbench.bench.kato import KATO_FIG3_GAMMAS, kato_fig3
     from topkbench.validation import check_positive
 
     for g in gammas or ():
@@ -1000,7 +995,7 @@ def bench_kato_fig4_cmd(
     out: Path = _OUT_OPT,
 ) -> None:
     _setup_logging(False)
-    from topkbench.bench import FW_PANELS, kato_fig4
+    from topkbench.bench.kato import FW_PANELS, kato_fig4
     from topkbench.errors import ConfigError
     from topkbench.validation import check_positive
 
@@ -1034,7 +1029,7 @@ def bench_table5_cmd(
     from rich.console import Console
     from rich.table import Table
 
-    from topkbench.bench import bench_table5
+    from topkbench.bench.table5 import bench_table5
     from topkbench.config import ExperimentConfig
 
     base = ["experiment=table5", "experiment.datasets=[letter_synth]", f"n_jobs={n_jobs}"]
@@ -1109,7 +1104,7 @@ def bench_peers_cmd(
     from rich.console import Console
     from rich.table import Table
 
-    from topkbench.bench_peers import bench_peers, plot_peers
+    from topkbench.bench.peers import bench_peers, plot_peers
 
     rows, points = bench_peers(
         n=n, d=d, m=m, C=C, seed=seed, tol=tol, methods=tuple(method) if method else None,

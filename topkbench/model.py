@@ -15,7 +15,8 @@ from numpy.typing import NDArray
 from topkbench.errors import ConfigError, ConvergenceWarning, InputError
 from topkbench.gram import check_gram
 from topkbench.losses.registry import get_method
-from topkbench.solvers.sdca import ACCELERATE_MODES, TracePoint, solve_sdca
+from topkbench.solvers.problem import TracePoint
+from topkbench.solvers.sdca import ACCELERATE_MODES, solve_sdca
 from topkbench.validation import (
     check_choice,
     check_eval_every,

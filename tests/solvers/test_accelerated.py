@@ -28,7 +28,8 @@ from topkbench.errors import ConvergenceWarning
 from topkbench.gram import rbf_kernel
 from topkbench.losses.registry import get_method
 from topkbench.solvers.accelerated import condition_number, loss_smoothness
-from topkbench.solvers.sdca import SDCAProblem, solve_sdca
+from topkbench.solvers.problem import SDCAProblem
+from topkbench.solvers.sdca import solve_sdca
 
 SCALES = np.array([3e-2, 1.0, 30.0])
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 import topkbench
-from topkbench.bench import make_gaussian_problem
+from topkbench.bench.common import make_gaussian_problem
 from topkbench.errors import InputError
-from topkbench.solvers import sdca as S
+from topkbench.solvers import problem as S
 from topkbench.validation import check_features
 
 

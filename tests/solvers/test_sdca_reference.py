@@ -621,7 +621,7 @@ def test_eval_every_does_not_change_the_trajectory(sparse):
 def test_example_gaps_sum_to_the_duality_gap(method, gamma):
     """objective_terms' per-example Fenchel-Young gaps are >= 0 and sum to (P - D)/lambda;
     they vanish on the examples with a zero block and zero loss (those shrinking skips)."""
-    from topkbench.solvers.sdca import _active_set, evaluate_objective
+    from topkbench.solvers.problem import _active_set, evaluate_objective
 
     rng = np.random.default_rng(5)
     y = rng.integers(0, 4, 40)
@@ -644,7 +644,7 @@ def test_example_gaps_sum_to_the_duality_gap(method, gamma):
 
 
 def test_auto_batch_schedule():
-    from topkbench.solvers.sdca import AUTO_COST_FACTOR, TracePoint, auto_batch
+    from topkbench.solvers.problem import AUTO_COST_FACTOR, TracePoint, auto_batch
 
     def tr(*pts):
         return [TracePoint(e, 1.0, 0.0, g, 0.0) for e, g in pts]

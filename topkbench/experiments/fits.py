@@ -56,10 +56,10 @@ def _path_data(dataset, fold: str, n_folds: int, seed: int, method: str) -> Path
     """The data of a path for a fold name (module docstring).
 
     Multilabel data: the training targets are what ``method`` trains on (label sets, or the
-    primary label for a multiclass method, :func:`topkbench.experiments.evaluation.training_targets`) on
-    the rows it can use (:func:`topkbench.experiments.evaluation.trainable_rows`); the evaluated splits
-    always carry the label sets.  Folds of multilabel data are seeded random partitions,
-    grouped by image id when the data has several regions per image.
+    primary label for a multiclass method: ``evaluation.training_targets``) on the rows it can
+    use (``evaluation.trainable_rows``); the evaluated splits always carry the label sets.
+    Folds of multilabel data are seeded random partitions, grouped by image id when the data
+    has several regions per image.
     """
     from topkbench.experiments.evaluation import ImageGroups, trainable_rows, training_targets
 

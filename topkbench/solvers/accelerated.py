@@ -57,7 +57,7 @@ import time
 
 from topkbench.kernels import multilabel as _ml
 from topkbench.kernels import sdca as _k
-from topkbench.solvers.sdca import Run, SDCAProblem, auto_batch, relative_gap
+from topkbench.solvers.problem import Run, SDCAProblem, auto_batch, relative_gap
 
 # smoothing of the first continuation stage for the nonsmooth hinges (TPAMI's "SVM_1" rows)
 GAMMA_START = 1.0

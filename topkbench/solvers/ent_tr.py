@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.optimize as so
 
-from topkbench.solvers.sdca import TracePoint
+from topkbench.solvers.problem import TracePoint
 
 
 def ent_tr_loss_and_grad(S: np.ndarray, y: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -53,7 +53,7 @@ import scipy.sparse as sp
 
 from topkbench.errors import ConvergenceWarning
 from topkbench.kernels import wtopk as _w
-from topkbench.solvers.sdca import TracePoint, check_certificate, relative_gap
+from topkbench.solvers.problem import TracePoint, check_certificate, relative_gap
 
 VARIANTS = ("standard", "away", "pairwise")
 

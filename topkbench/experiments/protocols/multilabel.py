@@ -1,11 +1,11 @@
 """Multilabel report layout (TPAMI Tables 7/9): one block per dataset, rows = methods, one column
 group per metric with ours, the paper's value and the difference.
 
-Selection (DESIGN §7, :mod:`topkbench.experiments.selection_multilabel`): every metric picks its own C (and
-theta, and the threshold delta for partition metrics) by the mean over the selection folds; the
-test value is that of the refit on all of train (cross-validated datasets) or of the val-path
-model (datasets with a validation split), at the selected delta.  As in the paper, RLoss and
-HLoss are fractions and the other metrics percentages.
+Selection (DESIGN §7, :mod:`topkbench.experiments.selection_multilabel`): every metric picks
+its own C (and theta, and the threshold delta for partition metrics) by the mean over the
+selection folds; the test value is that of the refit on all of train (cross-validated
+datasets) or of the val-path model (datasets with a validation split), at the selected delta.
+As in the paper, RLoss and HLoss are fractions and the other metrics percentages.
 """
 
 from __future__ import annotations

@@ -206,7 +206,7 @@ def primal_value(
     """Our ``P(W)`` (DESIGN §2, gamma = 0, k = 1) of a d x m ``W``; ``A0`` an n x m zero
     buffer to reuse (the dual value computed alongside is discarded)."""
     from topkbench.losses.registry import get_method
-    from topkbench.solvers.sdca import evaluate_objective
+    from topkbench.solvers.problem import evaluate_objective
 
     if A0 is None:
         A0 = np.zeros((X.shape[0], W.shape[1]))
@@ -335,7 +335,7 @@ def bench_peers(
     run, ``peer_seconds`` and ``refine`` the peers' budget escalation.  Returns one summary
     row per solver and the (time, primal) points behind them (our trace, every sklearn fit).
     """
-    from topkbench.bench import make_gaussian_problem
+    from topkbench.bench.common import make_gaussian_problem
     from topkbench.losses.registry import get_method
     from topkbench.model import fit
     from topkbench.validation import check_int, check_positive

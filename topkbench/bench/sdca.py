@@ -1,0 +1,266 @@
+"""``topkbench bench sdca`` (measured, not asserted): epoch speed and time to a certified gap.
+
+The SDCA benchmark builds a seeded synthetic problem (Gaussian class means plus unit noise),
+compiles the kernels on a tiny problem first (as benchopt does), then times single epochs of the
+numba kernel (no duality-gap evaluation inside the timing) and reports seconds per epoch and
+GFLOP/s against the ~4 n d m flops an epoch must do (scores W^T x_i and the rank-1 update of W,
+2 n d m multiply-adds each).  The machine's peak is measured, not looked up: single-thread BLAS
+dgemm (:func:`measure_peak_gflops`); each loss's epoch is reported as a multiple of the time
+4 n d m flops take at that peak.  On a shared (virtual) machine
+the attainable speed drifts by tens of percent within a minute, so the peak is measured again
+right before each loss's epochs; the bound uses the highest of these measurements (the
+conservative choice: the machine did reach it), and each row also keeps the peak measured next
+to it (``peak_gflops_here``), so that a slow phase of the machine can be told apart from a slow
+kernel.
+
+Its second part (:func:`bench_sdca_convergence`, TPAMI 002 Fig. 3b) runs the full solver
+(epochs, W resynchronization and the gap certificate every epoch) to a relative gap eps on a
+problem with overlapping classes and records, per epoch, the relative gap and the top-1
+accuracy on a held-out set against wall time (validation scoring excluded from the clock).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from topkbench.bench.common import (
+    check_sdca_methods,
+    check_sdca_problem,
+    make_gaussian_problem,
+    measure_peak_gflops,
+    method_label,
+)
+from topkbench.errors import ConfigError
+from topkbench.losses.registry import get_method
+
+# (method, gamma, k): the losses whose epoch cost the issues set targets for, and the top-k ones
+DEFAULT_SDCA_METHODS: tuple[tuple[str, float, int], ...] = (
+    ("svm_multi", 0.0, 1),
+    ("svm_multi", 1.0, 1),
+    ("lr_multi", 0.0, 1),
+    ("svm_ova", 0.0, 1),
+    ("lr_ova", 0.0, 1),
+    ("topk_svm_alpha_pseudo", 0.0, 5),
+    ("topk_svm_alpha", 0.0, 5),
+    ("topk_svm_alpha", 1.0, 5),
+    ("topk_svm_beta", 0.0, 5),
+    ("topk_ent", 0.0, 5),
+)
+
+
+@dataclass
+class SDCABenchRow:
+    method: str
+    gamma: float
+    k: int
+    n: int
+    d: int
+    m: int
+    C: float
+    epochs_timed: int
+    sec_per_epoch: float
+    sec_per_epoch_min: float
+    gflops: float
+    gap_after: float
+    peak_gflops: float  # single-core dgemm peak: the highest measurement of the run
+    times_bound: float  # sec_per_epoch / (4 n d m flops at peak_gflops)
+    peak_gflops_here: float  # the peak measured right before this loss's epochs
+
+
+def bench_sdca(
+    n: int = 20_000,
+    d: int = 128,
+    m: int = 100,
+    methods: tuple[tuple[str, float, int], ...] | None = None,
+    epochs: int = 5,
+    C: float = 1.0,
+    seed: int = 0,
+    peak_gflops: float | None = None,
+) -> list[SDCABenchRow]:
+    from topkbench.kernels import sdca as _k
+    from topkbench.solvers.problem import (
+        as_label_csr,
+        evaluate_objective,
+        relative_gap,
+        row_sqnorms,
+    )
+
+    check_sdca_problem(n, d, m, C)
+    if epochs < 1:
+        raise ConfigError(f"bench sdca: epochs must be >= 1; got {epochs}")
+    if methods is None:
+        methods = DEFAULT_SDCA_METHODS
+    check_sdca_methods(methods, m, "bench sdca")
+    X, y = make_gaussian_problem(n, d, m, seed)
+    sq = row_sqnorms(X)
+    yptr, yidx = as_label_csr(y)
+    # compile on a tiny problem of the same dtypes
+    Xs, ys = make_gaussian_problem(20, 3, 4, seed)
+    for name, gamma, _ in methods:
+        spec = get_method(name)
+        A = np.zeros((20, 4))
+        W = np.zeros((3, 4))
+        perms = np.arange(20, dtype=np.int64)[None, :]
+        _k.sdca_epochs_dense(
+            Xs, *as_label_csr(ys), row_sqnorms(Xs), A, W, perms, spec.loss_id, C, gamma, 2,
+            np.full(20, np.nan),
+        )  # fmt: skip
+    rows = []
+    rng = np.random.default_rng(seed)
+    for name, gamma, k in methods:
+        spec = get_method(name)
+        A = np.zeros((n, m))
+        W = np.zeros((d, m))
+        times = []
+        troots = np.full(n, np.nan)
+        here = measure_peak_gflops() if peak_gflops is None else peak_gflops
+        for _ in range(epochs):
+            perms = rng.permutation(n).astype(np.int64)[None, :]
+            t0 = time.perf_counter()
+            _k.sdca_epochs_dense(X, yptr, yidx, sq, A, W, perms, spec.loss_id, C, gamma, k, troots)
+            times.append(time.perf_counter() - t0)
+        P, D = evaluate_objective(X, y, A, W, spec.loss_id, C, gamma, k)
+        med = float(np.median(times))
+        rows.append(
+            SDCABenchRow(
+                name,
+                gamma,
+                k,
+                n,
+                d,
+                m,
+                C,
+                epochs,
+                med,
+                float(min(times)),
+                4.0 * n * d * m / med / 1e9,
+                relative_gap(P, D),
+                here,  # replaced below by the run's highest peak
+                math.nan,
+                here,
+            )
+        )
+    peak = max(r.peak_gflops_here for r in rows)
+    for r in rows:
+        r.peak_gflops = peak
+        r.times_bound = r.sec_per_epoch / (4.0 * n * d * m / (peak * 1e9))
+    return rows
+
+
+@dataclass
+class SDCAConvergenceRow:
+    method: str
+    gamma: float
+    k: int
+    n: int
+    d: int
+    m: int
+    C: float
+    eps: float
+    status: str  # "converged", "max_epochs" or "time_limit"
+    epochs: int
+    seconds: float  # solver wall time (epochs + certificates) until it stopped
+    relative_gap: float
+    val_top1: float
+
+
+@dataclass
+class SDCACurvePoint:
+    label: str
+    epoch: int
+    seconds: float
+    relative_gap: float
+    val_top1: float
+
+
+def bench_sdca_convergence(
+    n: int = 20_000,
+    d: int = 128,
+    m: int = 100,
+    methods: tuple[tuple[str, float, int], ...] | None = None,
+    C: float = 0.1,
+    eps: float = 1e-3,
+    max_epochs: int = 200,
+    time_limit: float = 120.0,
+    separation: float = 0.5,
+    n_val: int = 5_000,
+    seed: int = 0,
+    progress=None,
+) -> tuple[list[SDCAConvergenceRow], list[SDCACurvePoint]]:
+    """TPAMI 002 Fig. 3b/3c: run each SDCA method to relative gap ``eps`` (or the budget:
+    ``max_epochs``, ``time_limit`` seconds) on ``make_gaussian_problem(n + n_val, ...,
+    separation)`` split into train and validation; returns the time to ``eps`` and the curves
+    (relative gap and validation top-1 against seconds, one point per certificate).  The solver
+    runs as ``fit`` does by default: certificates on the ``eval_every="auto"`` schedule, with
+    shrinking."""
+    import warnings
+
+    from threadpoolctl import threadpool_limits
+
+    from topkbench.errors import ConvergenceWarning
+    from topkbench.metrics.topk import topk_accuracy
+    from topkbench.solvers.sdca import solve_sdca
+
+    check_sdca_problem(n, d, m, C, eps)
+    if methods is None:
+        methods = DEFAULT_SDCA_METHODS
+    check_sdca_methods(methods, m, "bench sdca")
+    Xall, yall = make_gaussian_problem(n + n_val, d, m, seed, separation)
+    X, y, Xv, yv = Xall[:n], yall[:n], Xall[n:], yall[n:]
+    rows, points = [], []
+    for name, gamma, k in methods:
+        spec = get_method(name)
+        label = method_label(name, gamma, k)
+        common = dict(loss_id=spec.loss_id, C=C, gamma=gamma, k=k, seed=seed, warn=False)
+        # compile (or load from numba's cache) outside the clock, on a problem where k is
+        # valid (k < classes; the kernels do not check it)
+        mw = max(4, k + 1)
+        solve_sdca(X[:20], y[:20] % mw, n_classes=mw, max_epochs=1, **common)
+
+        accs: list[float] = []
+
+        def score(epoch, A, W, label=label, accs=accs):
+            accs.append(topk_accuracy(Xv @ W, yv, (1,))[1] if n_val else np.nan)
+            if progress is not None:
+                progress(f"{label}: epoch {epoch}")
+
+        # one core, as the epoch timings and the peers (the certificates' BLAS products would
+        # otherwise take both cores of the development machine)
+        with warnings.catch_warnings(), threadpool_limits(1):
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            res = solve_sdca(
+                X, y, n_classes=m, eps=eps, max_epochs=max_epochs, time_limit=time_limit,
+                on_eval=score, eval_every="auto", accelerate="auto", **common,
+            )  # fmt: skip
+        for tp, acc in zip(res.trace, accs, strict=True):
+            points.append(SDCACurvePoint(label, tp.epoch, tp.seconds, tp.relative_gap, acc))
+        row = (name, gamma, k, n, d, m, C, eps, res.status, res.epochs, res.seconds)
+        rows.append(SDCAConvergenceRow(*row, res.relative_gap, accs[-1]))
+    return rows, points
+
+
+def plot_sdca_convergence(points: list[SDCACurvePoint], eps: float, path, title: str) -> None:
+    """TPAMI 002 Fig. 3b (relative gap vs time) and 3c (validation top-1 vs time)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_gap, ax_acc) = plt.subplots(1, 2, figsize=(12, 4.5))
+    labels = list(dict.fromkeys(p.label for p in points))
+    for label in labels:
+        pts = [p for p in points if p.label == label]
+        t = [p.seconds for p in pts]
+        ax_gap.semilogy(t, [max(p.relative_gap, 1e-17) for p in pts], label=label)
+        ax_acc.plot(t, [100.0 * p.val_top1 for p in pts], label=label)
+    ax_gap.axhline(eps, color="grey", lw=0.8, ls="--")
+    ax_gap.set(xlabel="wall time (s)", ylabel="relative duality gap", title="(b) " + title)
+    ax_acc.set(xlabel="wall time (s)", ylabel="validation top-1 (%)", title="(c) " + title)
+    ax_gap.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

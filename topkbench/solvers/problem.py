@@ -1,0 +1,362 @@
+"""What the plain and the accelerated SDCA loops share (DESIGN §5): the problem (features or
+Gram matrix, labels, the epoch kernel, the objective and its certificate in the P(W) scale of
+DESIGN §2), the certificate schedule and a run's bookkeeping (budgets, trace, permutations)::
+
+    P(W) = lambda/2 ||W||^2 + 1/n sum_i L(y_i, W^T x_i),   C = 1 / (lambda n)
+    relative gap = (P - D) / max(|P|, |D|)
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import NamedTuple
+
+import numpy as np
+import scipy.sparse as sp
+
+from topkbench.errors import SolverError
+from topkbench.kernels import sdca as _k
+
+
+class TracePoint(NamedTuple):
+    epoch: int
+    primal: float
+    dual: float
+    relative_gap: float
+    seconds: float
+
+
+def relative_gap(primal: float, dual: float) -> float:
+    """(P - D) / max(|P|, |D|), and 0 when both vanish (DESIGN §2)."""
+    scale = max(abs(primal), abs(dual))
+    if scale == 0.0:
+        return 0.0
+    return (primal - dual) / scale
+
+
+NEGATIVE_GAP_TOL = 1e-9
+
+
+def check_certificate(primal: float, dual: float) -> None:
+    """Weak duality: a feasible dual never exceeds the primal.  ``D > P`` beyond rounding (or
+    a non-finite value) means the arithmetic failed, typically overflow or cancellation at an
+    extreme C or gamma, and such a result is never reported, let alone as converged."""
+    if not (np.isfinite(primal) and np.isfinite(dual)) or (
+        relative_gap(primal, dual) < -NEGATIVE_GAP_TOL
+    ):
+        raise SolverError(
+            f"invalid certificate: primal {primal:.6g} < dual {dual:.6g} (or not finite), which "
+            "weak duality rules out; the arithmetic overflowed or lost its precision, most "
+            "likely because C or gamma is extreme for these features: rescale the features "
+            "(dataset.scale) or use a smaller C or gamma"
+        )
+
+
+def _as_features(X):
+    """Return ("dense", X) as C-contiguous float64 (float32 kept: the epoch kernels accumulate
+    in float64, and a float32 memory-mapped matrix is used without a copy) or ("csr", X)."""
+    if sp.issparse(X):
+        Xc = sp.csr_matrix(X, dtype=np.float64)
+        Xc.sum_duplicates()
+        return "csr", Xc
+    dtype = np.float32 if getattr(X, "dtype", None) == np.float32 else np.float64
+    return "dense", np.ascontiguousarray(X, dtype=dtype)
+
+
+# Row blocks of the n x d / n x m products when a full float64 temporary would be large
+# (float32 features, or an n x m score matrix above _BLOCK_ENTRIES): memory at n = 10^6 stays
+# ~ the features plus A (issue 7), and small problems keep the single BLAS call.
+ROW_BLOCK = 16_384
+
+
+_BLOCK_ENTRIES = 1 << 24
+
+
+def _blocked(X, width: int) -> bool:
+    return (not sp.issparse(X) and X.dtype != np.float64) or X.shape[0] * width > _BLOCK_ENTRIES
+
+
+def _rows64(X, a: int, b: int):
+    """Rows ``a:b`` of dense or CSR ``X``, dense float64 rows as float64 (no copy if already)."""
+    return X[a:b] if sp.issparse(X) else np.asarray(X[a:b], dtype=np.float64)
+
+
+def features_t_dot(X, A) -> np.ndarray:
+    """``X^T A`` as a C-contiguous float64 d x m matrix, by row blocks when :func:`_blocked`."""
+    if not _blocked(X, A.shape[1]):
+        return np.ascontiguousarray(X.T @ A, dtype=np.float64)
+    out = np.zeros((X.shape[1], A.shape[1]))
+    for a in range(0, X.shape[0], ROW_BLOCK):
+        b = min(a + ROW_BLOCK, X.shape[0])
+        out += np.asarray(_rows64(X, a, b).T @ A[a:b])
+    return out
+
+
+def as_label_csr(y) -> tuple[np.ndarray, np.ndarray]:
+    """Labels as the kernels take them: ``(yptr, yidx)`` with example ``i``'s labels in
+    ``yidx[yptr[i]:yptr[i+1]]``.  ``y`` is a 1-D array of class indices (multiclass) or a
+    sparse 0/1 indicator matrix (multilabel; indices sorted per row); a pair passes through.
+    """
+    if isinstance(y, tuple):
+        return y
+    if sp.issparse(y):
+        Y = sp.csr_matrix(y)
+        Y.sum_duplicates()
+        Y.sort_indices()
+        return Y.indptr.astype(np.int64), Y.indices.astype(np.int64)
+    yidx = np.ascontiguousarray(y, dtype=np.int64)
+    return np.arange(yidx.shape[0] + 1, dtype=np.int64), yidx
+
+
+def row_sqnorms(X) -> np.ndarray:
+    """``||x_i||^2`` in float64 (float32 rows are widened block by block)."""
+    if sp.issparse(X):
+        return np.asarray(X.multiply(X).sum(axis=1)).ravel().astype(np.float64)
+    if X.dtype == np.float64:
+        return np.einsum("ij,ij->i", X, X)
+    out = np.empty(X.shape[0])
+    for a in range(0, X.shape[0], ROW_BLOCK):
+        b = min(a + ROW_BLOCK, X.shape[0])
+        rows = _rows64(X, a, b)
+        out[a:b] = np.einsum("ij,ij->i", rows, rows)
+    return out
+
+
+_NO_GAPS = np.empty(0)
+
+
+def evaluate_objective(X, y, A, W, loss_id: int, C: float, gamma: float, k: int, gaps=None):
+    """Return (P, D) in the P(W) scale of DESIGN §2 for dual ``A`` and primal ``W``;
+    ``y`` as accepted by :func:`as_label_csr`.  The scores ``X W`` are formed by row blocks
+    when :func:`_blocked` (the kernel carries its running sums across blocks, so the result
+    is the same as in one call).  ``gaps`` (length n), if given, receives the per-example
+    Fenchel-Young gaps of :func:`topkbench.kernels.sdca.objective_terms` (P / lambda scale)."""
+    n = A.shape[0]
+    yptr, yidx = as_label_csr(y)
+    g = _NO_GAPS if gaps is None else gaps
+    if not W.any():
+        # W = 0 (the start of every run): the scores are 0, no n x d x m product needed
+        S = np.zeros((n, W.shape[1]))
+        lsum, csum = _k.objective_terms(S, yptr, yidx, A, loss_id, C, gamma, k, 0.0, 0.0, g)
+    elif not _blocked(X, W.shape[1]):
+        S = np.ascontiguousarray(X @ W, dtype=np.float64)
+        lsum, csum = _k.objective_terms(S, yptr, yidx, A, loss_id, C, gamma, k, 0.0, 0.0, g)
+    else:
+        lsum = csum = 0.0
+        for a in range(0, n, ROW_BLOCK):
+            b = min(a + ROW_BLOCK, n)
+            S = np.ascontiguousarray(_rows64(X, a, b) @ W, dtype=np.float64)
+            ptr = yptr[a : b + 1] - yptr[a]
+            lsum, csum = _k.objective_terms(
+                S, ptr, yidx[yptr[a] : yptr[b]], A[a:b], loss_id, C, gamma, k, lsum, csum,
+                g[a:b] if g.shape[0] else g,
+            )  # fmt: skip
+    half_sq = 0.5 * float(np.vdot(W, W))
+    lam = 1.0 / (C * n)
+    primal = lam * (half_sq + C * lsum)
+    dual = lam * (C * csum - half_sq)
+    return primal, dual
+
+
+def evaluate_objective_gram(K, y, A, loss_id: int, C: float, gamma: float, k: int, gaps=None):
+    """(P, D) in the P(W) scale from a Gram matrix: scores ``K A``, ``||W||^2 = <A, K A>``;
+    ``gaps`` as in :func:`evaluate_objective`."""
+    n = A.shape[0]
+    S = np.ascontiguousarray(K @ A, dtype=np.float64)
+    g = _NO_GAPS if gaps is None else gaps
+    lsum, csum = _k.objective_terms(S, *as_label_csr(y), A, loss_id, C, gamma, k, 0.0, 0.0, g)
+    half_sq = 0.5 * float(np.vdot(A, S))
+    lam = 1.0 / (C * n)
+    return lam * (half_sq + C * lsum), lam * (C * csum - half_sq)
+
+
+class SDCAProblem:
+    """The training problem as the epoch kernels see it: features (dense, float32 or CSR) or
+    a Gram matrix, labels in CSR form, the loss and its parameters ``k``.
+
+    A primal point is held in its *representation* ``rep``: ``W`` (d x m) for features, the
+    coefficient matrix ``B`` (n x m, ``W = sum_r phi(x_r) B_r``) for a Gram matrix.  The dual
+    ``A`` defines ``rep(A) = X^T A`` resp. ``A``.
+    """
+
+    def __init__(self, X, y, *, gram: bool, n_classes: int, loss_id: int, k: int):
+        if gram:
+            self.kind, self.X = "gram", np.ascontiguousarray(X, dtype=np.float64)
+            self.sqnorms = np.ascontiguousarray(np.diag(self.X))
+        else:
+            self.kind, self.X = _as_features(X)
+            self.sqnorms = row_sqnorms(self.X)
+        if self.kind == "csr":
+            self.indptr = self.X.indptr.astype(np.int64)
+            self.indices = self.X.indices.astype(np.int64)
+        self.n = self.X.shape[0]
+        self.m = int(n_classes)
+        self.y = as_label_csr(y)
+        self.loss_id = loss_id
+        self.k = k
+        self.r2 = float(self.sqnorms.max()) if self.n else 0.0
+
+    def rep_of(self, A) -> np.ndarray:
+        """The primal point the dual ``A`` defines: ``X^T A`` (features) or a copy of ``A``."""
+        return np.array(A, dtype=np.float64) if self.kind == "gram" else features_t_dot(self.X, A)
+
+    def run_epochs(self, A, rep, perms, C: float, gamma: float, troots) -> int:
+        """``perms.shape[0]`` SDCA epochs on the dual ``A`` (scaled for ``C``) and the primal
+        point ``rep``, updated in place; ``rep`` may carry a fixed offset (the proximal
+        problems).  Returns the count of failed inner root findings."""
+        yptr, yidx = self.y
+        if self.kind == "gram":
+            return _k.sdca_epochs_gram(
+                self.X, yptr, yidx, A, rep, perms, self.loss_id, C, gamma, self.k, troots
+            )
+        if self.kind == "dense":
+            return _k.sdca_epochs_dense(
+                self.X, yptr, yidx, self.sqnorms, A, rep, perms, self.loss_id, C, gamma,
+                self.k, troots,
+            )  # fmt: skip
+        return _k.sdca_epochs_csr(
+            self.indptr, self.indices, self.X.data, yptr, yidx, self.sqnorms, A, rep, perms,
+            self.loss_id, C, gamma, self.k, troots,
+        )  # fmt: skip
+
+    def objective(self, A, rep, C: float, gamma: float, gaps=None) -> tuple[float, float]:
+        """(P, D) for the dual ``A`` and its own primal point ``rep = rep_of(A)``."""
+        if self.kind == "gram":
+            return evaluate_objective_gram(self.X, self.y, A, self.loss_id, C, gamma, self.k, gaps)
+        return evaluate_objective(self.X, self.y, A, rep, self.loss_id, C, gamma, self.k, gaps)
+
+    def scores(self, rep) -> np.ndarray:
+        """The n x m training scores of the primal point ``rep``."""
+        if self.kind == "gram":
+            return np.ascontiguousarray(self.X @ rep)
+        if not _blocked(self.X, self.m):
+            return np.ascontiguousarray(self.X @ rep, dtype=np.float64)
+        out = np.empty((self.n, self.m))
+        for a in range(0, self.n, ROW_BLOCK):
+            b = min(a + ROW_BLOCK, self.n)
+            out[a:b] = _rows64(self.X, a, b) @ rep
+        return out
+
+    def sq_norm(self, rep, S=None) -> float:
+        """``||W||^2`` of the primal point ``rep`` (``<B, K B>`` from its scores ``S`` for a
+        Gram matrix)."""
+        if self.kind == "gram":
+            return float(np.vdot(rep, self.scores(rep) if S is None else S))
+        return float(np.vdot(rep, rep))
+
+    def values(self, S, A, sq_norm: float, C: float, gamma: float) -> tuple[float, float]:
+        """P at the primal point with scores ``S`` and ``||W||^2 = sq_norm``, and D of the dual
+        ``A`` given ``||rep(A)||^2 = sq_norm`` (pass the pair's own values for a certificate;
+        the loss sum only depends on ``S``, the conjugate sum only on ``A / C``)."""
+        lsum, csum = _k.objective_terms(
+            S, *self.y, A, self.loss_id, C, gamma, self.k, 0.0, 0.0, _NO_GAPS
+        )
+        lam = 1.0 / (C * self.n)
+        return lam * (0.5 * sq_norm + C * lsum), lam * (C * csum - 0.5 * sq_norm)
+
+
+AUTO_COST_FACTOR = 4.0
+
+
+def auto_batch(
+    trace: list[TracePoint], eps: float, n: int, n_active: int, cap: int | None = None
+) -> int:
+    """Epochs to run before the next certificate when ``eval_every="auto"``.
+
+    A certificate costs two n x d x m products (the W resync and the scores) plus the loss terms,
+    about one full epoch of SDCA or less (two BLAS products of 2 n d m flops each, against the
+    epoch's ~4 n d m flops at a lower speed); an epoch with shrinking visits only ``n_active``
+    examples.  So the batch is capped at ``AUTO_COST_FACTOR * n / n_active`` epochs, which keeps the
+    certificates at about a fifth of the run or less.  Within the cap the batch ends where the gap
+    is predicted to reach ``eps``, extrapolating the decay per epoch of the last two trace points
+    (linear convergence); SDCA's gap decays at least that fast for the smooth losses and more slowly
+    for the nonsmooth ones, so the prediction is seldom late. The first batch is one epoch (a rate
+    needs two points).  Timings are not used: the same command evaluates at the same epochs, and
+    shrinking (which follows the evaluations) gives the same trajectory.  ``cap``, if given,
+    replaces the cap (the accelerated phase's certificates cost more and its epochs no less).
+    """
+    if len(trace) < 2:
+        return 1
+    if cap is None:
+        cap = max(1, int(AUTO_COST_FACTOR * n / max(n_active, 1)))
+    prev, last = trace[-2], trace[-1]
+    g0, g1 = prev.relative_gap, last.relative_gap
+    if not (eps < g1 < g0) or last.epoch <= prev.epoch:
+        return cap
+    rate = math.log(g0 / g1) / (last.epoch - prev.epoch)
+    need = math.ceil(math.log(g1 / eps) / rate)
+    return max(1, min(cap, need))
+
+
+def _active_set(gaps, A):
+    """Mask of the examples the next epochs visit, or None for all of them: every example but
+    those with a zero block and zero gap (so zero loss).  Support vectors are never skipped,
+    even at a zero gap: whether their computed gap is 0 or a rounding error above is not
+    robust (dense and CSR scores would skip different examples)."""
+    if gaps is None:
+        return None
+    keep = (gaps > 0.0) | np.any(A != 0.0, axis=1)
+    return None if keep.all() else keep
+
+
+class Run:
+    """The bookkeeping one SDCA run shares between its plain and accelerated phases: the
+    epoch count and budgets, the trace, the clock (``on_eval`` time excluded), the random
+    stream of the permutations and the softmax warm starts ``troots``."""
+
+    def __init__(self, n, *, eps, max_epochs, time_limit, seed, on_eval):
+        self.eps = eps
+        self.max_epochs = max_epochs
+        self.time_limit = time_limit
+        self.on_eval = on_eval
+        self.rng = np.random.default_rng(seed)
+        self.troots = np.full(n, np.nan)
+        self.n = n
+        self.epochs = 0
+        self.failures = 0
+        self.epoch_seconds = 0.0
+        self.trace: list[TracePoint] = []
+        self.start = time.perf_counter()
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def budget_status(self) -> str | None:
+        """``"max_epochs"`` or ``"time_limit"`` once a budget is spent, else None."""
+        if self.epochs >= self.max_epochs:
+            return "max_epochs"
+        if self.time_limit is not None and self.elapsed() >= self.time_limit:
+            return "time_limit"
+        return None
+
+    def clip_batch(self, batch: int) -> int:
+        """``batch`` epochs cut to what is left of the epoch and time budgets."""
+        if self.time_limit is not None and self.epoch_seconds > 0.0:
+            left = self.time_limit - self.elapsed()
+            batch = max(1, min(batch, int(left / self.epoch_seconds)))
+        return max(1, min(batch, self.max_epochs - self.epochs))
+
+    def permutations(self, batch: int, active=None) -> np.ndarray:
+        """The next ``batch`` epochs' permutations (drawn in full, then filtered by the
+        ``active`` mask, so the random stream does not depend on shrinking)."""
+        perms = np.stack([self.rng.permutation(self.n) for _ in range(batch)]).astype(np.int64)
+        if active is not None:
+            perms = perms[active[perms]].reshape(batch, -1)
+        return perms
+
+    def record(self, primal: float, dual: float, A, W) -> float:
+        """Append a trace point for the certificate (P, D) and return its relative gap."""
+        if not (np.isfinite(primal) and np.isfinite(dual)):
+            raise SolverError(
+                f"non-finite objective at epoch {self.epochs} (P={primal}, D={dual}); "
+                "features may be too large in magnitude"
+            )
+        gap = relative_gap(primal, dual)
+        seconds = 0.0 if not self.trace else self.elapsed()
+        self.trace.append(TracePoint(self.epochs, primal, dual, gap, seconds))
+        if self.on_eval is not None:
+            paused = time.perf_counter()
+            self.on_eval(self.epochs, A, W)
+            self.start += time.perf_counter() - paused
+        return gap
