@@ -134,3 +134,23 @@ def test_bench_table5_smoke(tmp_path):
     assert (df["wall_seconds"] > 0).all()
     assert "Letter-shaped Gaussian classes" in (tmp_path / "table5_letter_synth.md").read_text()
     assert "warm starts save" in res.output
+
+
+@pytest.mark.parametrize(
+    "args", [["--help"], ["methods"], ["train", "--help"], ["bench", "--help"]]
+)
+def test_help_and_methods_load_no_numba(args):
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from typer.testing import CliRunner\n"
+        "from topkbench.cli import app\n"
+        f"res = CliRunner().invoke(app, {args!r})\n"
+        "assert res.exit_code == 0, res.output\n"
+        "heavy = [m for m in sys.modules if m == 'numba' or m.startswith('topkbench.kernels')]\n"
+        "print(sorted(heavy))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

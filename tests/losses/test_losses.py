@@ -27,14 +27,8 @@ from hypothesis.extra import numpy as hnp
 from reference import SDCA_METHODS
 
 import topkbench
-from topkbench.kernels.sdca import (
-    LOSS_LR_MULTI,
-    LOSS_LR_OVA,
-    LOSS_SVM_MULTI,
-    LOSS_SVM_OVA,
-    loss_value,
-    neg_conjugate_value,
-)
+from topkbench.kernels.sdca import loss_value, neg_conjugate_value
+from topkbench.losses.ids import LOSS_LR_MULTI, LOSS_LR_OVA, LOSS_SVM_MULTI, LOSS_SVM_OVA
 
 METHOD_LOSS = {
     "svm_multi": LOSS_SVM_MULTI,

@@ -44,14 +44,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from topkbench.kernels.bipartite import project_bipartite
-from topkbench.kernels.multilabel import (
-    LOSS_LR_ML,
-    LOSS_SVM_ML,
-    loss_value_ml,
-    neg_conjugate_value_ml,
-)
+from topkbench.kernels.multilabel import loss_value_ml, neg_conjugate_value_ml
 from topkbench.kernels.projections import simplex_biased_threshold
-from topkbench.kernels.sdca import LOSS_LR_MULTI, LOSS_SVM_MULTI, loss_value
+from topkbench.kernels.sdca import loss_value
+from topkbench.losses.ids import LOSS_LR_ML, LOSS_LR_MULTI, LOSS_SVM_ML, LOSS_SVM_MULTI
 
 CVX_TOL = {"tol_gap_abs": 1e-11, "tol_gap_rel": 1e-11, "tol_feas": 1e-11}
 GAMMAS = (1e-3, 0.1, 1.0, 10.0)

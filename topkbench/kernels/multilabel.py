@@ -51,9 +51,7 @@ from numba import njit
 from topkbench.kernels.bipartite import bipartite_thresholds
 from topkbench.kernels.lambertw import lambertw_exp
 from topkbench.kernels.roots import STATUS_OK, _entropic_root
-
-LOSS_SVM_ML = 8
-LOSS_LR_ML = 9
+from topkbench.losses.ids import LOSS_LR_ML, LOSS_SVM_ML  # noqa: E402
 
 ALPHA_TINY = 1e-16
 

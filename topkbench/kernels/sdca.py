@@ -69,16 +69,15 @@ from topkbench.kernels.topk import (
 )
 from topkbench.kernels.topk_entropy import topk_ent_loss, topk_ent_prox
 from topkbench.kernels.vecmath import exp_rough, exp_shifted, log_into, vsum
-
-LOSS_SVM_MULTI = 0
-LOSS_LR_MULTI = 1
-LOSS_SVM_OVA = 2
-LOSS_LR_OVA = 3
-
-LOSS_TOPK_SVM_ALPHA = 4  # top-k hinge alpha as printed: conjugate domain D_k
-LOSS_TOPK_SVM_ALPHA_PSEUDO = 5  # what the authors' code optimizes: Delta_k^alpha
-LOSS_TOPK_SVM_BETA = 6  # Delta_k^beta
-LOSS_TOPK_ENT = 7
+from topkbench.losses.ids import (  # noqa: E402
+    LOSS_LR_MULTI,
+    LOSS_SVM_MULTI,
+    LOSS_SVM_OVA,
+    LOSS_TOPK_ENT,
+    LOSS_TOPK_SVM_ALPHA,
+    LOSS_TOPK_SVM_ALPHA_PSEUDO,
+    LOSS_TOPK_SVM_BETA,
+)
 
 
 @njit(cache=True)

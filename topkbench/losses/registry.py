@@ -9,8 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from topkbench.errors import ConfigError
-from topkbench.kernels import multilabel as _ml
-from topkbench.kernels import sdca as _k
+from topkbench.losses import ids as _k
 
 
 @dataclass(frozen=True)
@@ -144,7 +143,7 @@ _ML_SVM = MethodSpec(
     paper_name="SVM^ML (multilabel SVM); smooth SVM^ML_gamma for gamma > 0",
     task="multilabel",
     solver="sdca",
-    loss_id=_ml.LOSS_SVM_ML,
+    loss_id=_k.LOSS_SVM_ML,
     params=("gamma",),
     objective="max{0, 1 + max_{j not in Y} f_j - min_{y in Y} f_y}; smoothed over all m coords",
     reference="TPAMI 002 §3.3, Props. 5-6, Prop. 18, §5.3 eq. (17) (bipartite simplex)",
@@ -156,7 +155,7 @@ _ML_LR = MethodSpec(
     paper_name="LR^ML (multilabel cross entropy)",
     task="multilabel",
     solver="sdca",
-    loss_id=_ml.LOSS_LR_ML,
+    loss_id=_k.LOSS_LR_ML,
     params=(),
     objective="log sum_j exp(f_j) - (1/|Y|) sum_{y in Y} f_y",
     reference="TPAMI 002 §3.3 (LR^ML), Prop. 7, Prop. 20, eq. (19)",

@@ -55,8 +55,7 @@ from __future__ import annotations
 import math
 import time
 
-from topkbench.kernels import multilabel as _ml
-from topkbench.kernels import sdca as _k
+from topkbench.losses import ids
 from topkbench.solvers.problem import Run, SDCAProblem, auto_batch, relative_gap
 
 # smoothing of the first continuation stage for the nonsmooth hinges (TPAMI's "SVM_1" rows)
@@ -80,9 +79,9 @@ def loss_smoothness(loss_id: int, gamma: float) -> float:
     most 1/4; the hinges smoothed by gamma (TPAMI Prop. 2) are (1/gamma)-smooth.  Only the
     choice of kappa depends on it, never the certificate.
     """
-    if loss_id in (_k.LOSS_LR_MULTI, _k.LOSS_TOPK_ENT, _ml.LOSS_LR_ML):
+    if loss_id in (ids.LOSS_LR_MULTI, ids.LOSS_TOPK_ENT, ids.LOSS_LR_ML):
         return 1.0
-    if loss_id == _k.LOSS_LR_OVA:
+    if loss_id == ids.LOSS_LR_OVA:
         return 4.0
     return float(gamma)
 

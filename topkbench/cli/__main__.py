@@ -1,0 +1,3 @@
+from topkbench.cli import main
+
+main()

@@ -1,0 +1,164 @@
+"""``topkbench sweep | report | export``: an experiment's records and its tables."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from topkbench.cli.app import (
+    app,
+    check_data_files,
+    compose,
+    handle_errors,
+    log,
+    setup_logging,
+)
+
+
+@app.command(
+    help="Run an experiment's sweep (resumable). Example: sweep experiment=table3 n_jobs=2"
+)
+@handle_errors
+def sweep(
+    overrides: list[str] = typer.Argument(
+        None, help="Hydra overrides; experiment=NAME is required"
+    ),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+    skip_missing: bool = typer.Option(
+        False, "--skip-missing", help="run the datasets whose files are present, skip the rest"
+    ),
+) -> None:
+    setup_logging(verbose)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from topkbench.config import ExperimentConfig
+    from topkbench.experiments.sweep import run_sweep
+
+    exp = _available_datasets(ExperimentConfig.from_dict(compose(overrides, "sweep")), skip_missing)
+    counts = {"done": 0, "cached": 0, "failed": 0, "skipped": 0, "not_converged": 0}
+    log.info(
+        "%s: %d rows x %d dataset(s) x %d draw(s) x %d C values (+ folds, extensions, refits), "
+        "%s, records in %s/%s",
+        exp.name,
+        len(exp.rows),
+        len(exp.datasets),
+        exp.draws,
+        len(exp.C_values),
+        f"dask scheduler {exp.scheduler}" if exp.scheduler else f"n_jobs={exp.n_jobs}",
+        exp.results_dir,
+        exp.name,
+    )
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[stats]}"),
+        TimeElapsedColumn(),
+        transient=False,
+        console=None,
+    ) as progress:
+        task = progress.add_task(exp.name, total=0, stats="")
+
+        def on_stage(name: str, n_fits: int) -> None:
+            total = progress.tasks[0].total or 0
+            progress.update(task, total=total + n_fits, description=f"{exp.name} [{name}]")
+
+        def on_done(s):
+            for key in counts:
+                counts[key] += getattr(s, key)
+            for e in s.errors:
+                log.error("%s %s draw %d %s: %s", s.dataset, s.row, s.draw, s.fold, e)
+            progress.update(
+                task,
+                advance=s.done + s.cached + s.failed + s.skipped,
+                stats=f"done {counts['done']} cached {counts['cached']} failed {counts['failed']}",
+            )
+
+        run_sweep(exp, on_done, on_stage)
+    log.info(
+        "finished: %d new, %d cached, %d failed, %d skipped (k >= m); "
+        "%d new fits stopped on the budget",
+        counts["done"],
+        counts["cached"],
+        counts["failed"],
+        counts["skipped"],
+        counts["not_converged"],
+    )
+    if counts["failed"]:
+        raise typer.Exit(1)
+
+
+def _available_datasets(exp, skip_missing: bool):
+    """Refuse an experiment whose data files are missing (listing them all), or drop those
+    datasets with a warning when ``skip_missing``."""
+    from dataclasses import replace
+
+    from topkbench.data.dataset import missing_files
+    from topkbench.errors import DatasetNotFoundError
+
+    missing = {d.name: missing_files(d) for d in exp.datasets}
+    missing = {k: v for k, v in missing.items() if v}
+    if not missing:
+        for d in exp.datasets:
+            check_data_files(d)
+        return exp
+    listing = "; ".join(f"{k}: {', '.join(str(p) for p in v)}" for k, v in missing.items())
+    names = " ".join(missing)
+    if not skip_missing or len(missing) == len(exp.datasets):
+        none_left = " (--skip-missing: no dataset of the experiment has its files)"
+        raise DatasetNotFoundError(
+            ", ".join(missing) + (none_left if skip_missing else ""),
+            [listing],
+            hint=f"fetch with `topkbench data fetch NAME` ({names}), or see `topkbench data info "
+            "NAME` for files you must supply"
+            + ("" if skip_missing else "; or run the others with --skip-missing"),
+        )
+    log.warning("skipping datasets without their files: %s", listing)
+    exp = replace(exp, datasets=tuple(d for d in exp.datasets if d.name not in missing))
+    for d in exp.datasets:
+        check_data_files(d)
+    return exp
+
+
+@app.command(
+    help="Print an experiment's table beside the paper's numbers. Example: report experiment=table3"
+)
+@handle_errors
+def report(
+    overrides: list[str] = typer.Argument(
+        None, help="Hydra overrides; experiment=NAME is required"
+    ),
+) -> None:
+    from topkbench.config import ExperimentConfig
+    from topkbench.experiments.render import write_report
+    from topkbench.experiments.report import build_report
+
+    exp = ExperimentConfig.from_dict(compose(overrides, "report"))
+    rep = build_report(exp)
+    paths = write_report(exp, rep)
+    sys.stdout.write(rep.markdown)
+    if rep.incomplete:
+        log.warning("the sweep of this configuration is incomplete: see the report's first line")
+    sys.stderr.write("written: " + ", ".join(str(p) for p in paths) + "\n")
+
+
+@app.command(
+    help="Write an experiment's records (every configuration in its results directory) to a "
+    "Parquet or CSV file. Example: export experiment=table3 --out results/table3.parquet"
+)
+@handle_errors
+def export(
+    overrides: list[str] = typer.Argument(
+        None, help="Hydra overrides; experiment=NAME is required"
+    ),
+    out: Path = typer.Option(..., "--out", help="file to write: .parquet or .csv"),
+) -> None:
+    from topkbench.config import ExperimentConfig
+    from topkbench.experiments.store import RecordStore
+
+    exp = ExperimentConfig.from_dict(compose(overrides, "export"))
+    store = RecordStore(exp.results_dir, exp.name)
+    path = store.export(out)
+    sys.stderr.write(f"written: {path}\n")

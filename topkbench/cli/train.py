@@ -1,0 +1,167 @@
+"""``topkbench train`` and ``topkbench methods``."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import warnings
+
+import typer
+
+from topkbench.cli.app import (
+    app,
+    check_data_files,
+    compose,
+    handle_errors,
+    log,
+    setup_logging,
+)
+
+
+def _methods_help() -> str:
+    from topkbench.losses.registry import METHODS
+
+    return "; ".join(f"{s.name} ({', '.join(('C',) + s.params)})" for s in METHODS.values())
+
+
+OVERRIDES_HELP = (
+    "Hydra overrides key=value: method, C, k, gamma, eps, max_epochs, time_limit, seed, "
+    "dataset=circle, dataset.n_train=..."
+)
+
+
+@app.command(help="Train and evaluate one model. Methods: " + _methods_help())
+@handle_errors
+def train(
+    overrides: list[str] = typer.Argument(None, help=OVERRIDES_HELP, show_default=False),
+    as_json: bool = typer.Option(False, "--json", help="Print exactly one JSON object."),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    setup_logging(verbose)
+    from topkbench.config import TrainConfig
+    from topkbench.data.dataset import load_dataset
+    from topkbench.errors import ConvergenceWarning
+    from topkbench.experiments.evaluation import evaluate_multilabel, training_targets
+    from topkbench.losses.registry import get_method
+    from topkbench.metrics.topk import topk_accuracy
+    from topkbench.model import fit
+
+    cfg = TrainConfig.from_dict(compose(overrides, "train"))
+    check_data_files(cfg.dataset)
+    ds = load_dataset(cfg.dataset, cfg.seed)
+    Xtr, ytr = ds.splits["train"]
+    ytr = training_targets(ds, "train", cfg.method)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConvergenceWarning)
+        model = fit(
+            Xtr,
+            ytr,
+            cfg.method,
+            C=cfg.C,
+            k=cfg.k,
+            gamma=cfg.gamma,
+            eps=cfg.eps,
+            max_epochs=cfg.max_epochs,
+            time_limit=cfg.time_limit,
+            eval_every=cfg.eval_every,
+            seed=cfg.seed,
+            n_classes=ds.n_classes,
+            kernel=None if cfg.kernel == "linear" else cfg.kernel,
+            theta=cfg.theta,
+            **(
+                {"weights": cfg.weights, "fw": cfg.fw}
+                if get_method(cfg.method).solver == "frank_wolfe"
+                else {}
+            ),
+        )
+    for w in caught:
+        log.warning("%s", w.message)
+    ks = [k for k in cfg.topk if k < ds.n_classes] or [1]
+    metrics = {}
+    for split, (Xs, ys) in ds.splits.items():
+        scores = model.decision_function(Xs)
+        if ds.multilabel:
+            metrics[split] = evaluate_multilabel(ds, split, scores, delta=cfg.delta)
+        else:
+            acc = topk_accuracy(scores, ys, ks)
+            metrics[split] = {f"top{k}": v for k, v in acc.items()}
+    out = {
+        "dataset": ds.name,
+        "method": model.method,
+        "params": {**model.params, "kernel": cfg.kernel, "theta": cfg.theta},
+        "n": int(Xtr.shape[0]),
+        "d": int(Xtr.shape[1]),
+        "m": int(ds.n_classes),
+        "primal": model.primal,
+        "dual": model.dual,
+        "relative_gap": model.relative_gap,
+        "status": model.status,
+        "epochs": model.epochs,
+        "train_seconds": model.train_seconds,
+        "metrics": metrics,
+    }
+    if model.info:
+        out["info"] = model.info
+    if as_json:
+        # nonconvex methods have no dual: NaN is written as null (valid JSON)
+        sys.stdout.write(json.dumps(_json_safe(out), allow_nan=False) + "\n")
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    console.print(
+        f"[bold]{model.method}[/] on {ds.name} (n={out['n']}, d={out['d']}, m={out['m']}), "
+        f"C={cfg.C:g} gamma={cfg.gamma:g} k={cfg.k}"
+    )
+    if math.isnan(model.dual):
+        certificate = (
+            f"P = {model.primal:.8g} (nonconvex: no duality gap), "
+            f"|grad P| = {model.info.get('grad_norm', float('nan')):.3g}"
+        )
+    else:
+        certificate = (
+            f"P = {model.primal:.8g}, D = {model.dual:.8g}, relative gap = {model.relative_gap:.3g}"
+        )
+    console.print(
+        f"status {model.status} after {model.epochs} epochs, {model.train_seconds:.2f} s: "
+        + certificate
+    )
+    if ds.multilabel:
+        t = Table("metric", *metrics)
+        for name in next(iter(metrics.values())):
+            t.add_row(name, *[f"{vals[name]:.4g}" for vals in metrics.values()])
+        console.print(t)
+        console.print(f"partition metrics at delta = {cfg.delta:g}")
+        return
+    t = Table("split", *[f"top-{k} %" for k in ks])
+    for split, vals in metrics.items():
+        t.add_row(split, *[f"{100 * vals[f'top{k}']:.2f}" for k in ks])
+    console.print(t)
+
+
+def _json_safe(obj):
+    """Replace non-finite floats by None, recursively."""
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+@app.command(help="List the training methods (generated from the registry).")
+def methods() -> None:
+    from topkbench.losses.registry import METHODS
+
+    for s in METHODS.values():
+        aliases = f"  (aliases: {', '.join(s.aliases)})" if s.aliases else ""
+        typer.echo(f"{s.name}{aliases}")
+        typer.echo(f"    {s.paper_name}")
+        typer.echo(
+            f"    params: {', '.join(('C',) + s.params)}   task: {s.task}   solver: {s.solver}"
+        )
+        typer.echo(f"    loss: {s.objective}")
+        typer.echo(f"    reference: {s.reference}")
