@@ -1,10 +1,10 @@
-# topkbench developer targets. `make install && make test` is exactly what .ci/run does.
+# topkbench developer targets. .ci/run runs `make install && make test && make check-install`.
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 N_JOBS ?= 2
 
-.PHONY: install test test-full test-boundscheck lint reproduce-table3 reproduce-table5 smoke-table5 reproduce-table7 smoke-table7 reproduce-table10 reproduce-table11 reproduce-table12 smoke-table11 bench bench-table5 bench-bipartite bench-projections bench-kato bench-peers bench-scale clean-cache
+.PHONY: install test test-full test-boundscheck lint reproduce-table3 reproduce-table5 smoke-table5 reproduce-table7 smoke-table7 reproduce-table10 reproduce-table11 reproduce-table12 smoke-table11 bench bench-table5 bench-bipartite bench-projections bench-kato bench-peers bench-scale clean-cache check-install
 
 install:
 	$(PY) -m venv $(VENV)
@@ -22,6 +22,17 @@ test-full:
 test-boundscheck:
 	NUMBA_BOUNDSCHECK=1 NUMBA_CACHE_DIR=$(CURDIR)/.numba-boundscheck \
 		$(BIN)/python -m pytest -m "not slow" -q -p no:cacheprovider
+
+# a non-editable install (`pip install .` into a fresh venv, configs shipped as package data)
+# trains one model and reproduces Table 3, from a directory outside the checkout
+DIST_VENV ?= $(CURDIR)/.venv-dist
+check-install:
+	rm -rf $(DIST_VENV) && $(PY) -m venv $(DIST_VENV)
+	$(DIST_VENV)/bin/python -m pip install -q "$(CURDIR)"
+	tmp=$$(mktemp -d) && cd $$tmp && \
+		$(DIST_VENV)/bin/topkbench train method=lr_multi C=0.5 dataset.n_test=2000 --json && \
+		$(MAKE) -f $(CURDIR)/Makefile reproduce-table3 BIN=$(DIST_VENV)/bin && \
+		test -s results/table3/report.md && rm -rf $$tmp
 
 lint:
 	$(BIN)/ruff check topkbench tests scripts

@@ -103,7 +103,7 @@ def check_dataset_overrides(overrides: list[str] | None, root: dict[str, Any]) -
             raise ConfigError(
                 f"{key}= does not apply: experiment {exp.get('name')} lists its own datasets "
                 f"({names})",
-                hint="edit the experiment's datasets: list (conf/experiment/) to change them",
+                hint="change them in the experiment's datasets: list (topkbench/conf/experiment/)",
             )
 
 

@@ -24,7 +24,7 @@ from topkbench.cli import app
 from topkbench.data.dataset import load_dataset
 from topkbench.data.registry import registry_entry, verify
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
+CONF = Path(__file__).resolve().parents[2] / "topkbench" / "conf"
 
 FILES = {
     "train": ("toy.tr", "-1 1:0.5 3:1\n5 2:2\n17 1:-1\n5 3:0.25\n-1 2:1\n"),

@@ -21,7 +21,7 @@ app = typer.Typer(
     help=(
         "topkbench: train and benchmark the top-k / multiclass losses of Lapin, Hein & Schiele "
         "(TPAMI 2017) with certified SDCA solvers, and reproduce the papers' tables.\n\n"
-        "Configuration is composed from conf/ with Hydra overrides, e.g.\n\n"
+        "Configuration is composed from topkbench/conf/ with Hydra overrides, e.g.\n\n"
         "  topkbench train method=lr_multi C=0.5 --json\n\n"
         "  topkbench sweep experiment=table3 n_jobs=2 && topkbench report experiment=table3"
     ),
@@ -29,7 +29,7 @@ app = typer.Typer(
 bench_app = typer.Typer(help="Benchmarks (print a table and write CSV under results/bench/).")
 # the output directory of every benchmark (typer reads the default; it is never mutated)
 OUT_OPT = typer.Option(Path("results/bench"), help="output directory")
-# the issue 7 problem shape shared by bench sdca / scale / peers (d x m; n differs)
+# the problem shape shared by bench sdca / scale / peers (d x m; n differs)
 BENCH_D_OPT = typer.Option(128, help="features")
 BENCH_M_OPT = typer.Option(100, help="classes")
 METHOD_SPEC_HELP = "name[:gamma[:k]], repeatable"
@@ -37,8 +37,8 @@ app.add_typer(bench_app, name="bench")
 data_app = typer.Typer(
     no_args_is_help=True,
     help=(
-        "Datasets of the registry (conf/dataset/*.yaml). Files live in datasets/<name>/ or "
-        "$TOPKBENCH_DATA/<name>/."
+        "Datasets of the registry (topkbench/conf/dataset/*.yaml). Files live in "
+        "datasets/<name>/ or $TOPKBENCH_DATA/<name>/."
     ),
 )
 app.add_typer(data_app, name="data")
@@ -50,8 +50,7 @@ def conf_dir() -> Path:
     env = os.environ.get("TOPKBENCH_CONF")
     if env:
         return Path(env).resolve()
-    here = Path(__file__).resolve().parents[2] / "conf"
-    return here
+    return Path(__file__).resolve().parents[1] / "conf"  # shipped as package data
 
 
 def setup_logging(verbose: bool = False) -> None:
@@ -90,7 +89,7 @@ def handle_errors(fn):
 
 
 def compose(overrides: list[str] | None, command: str | None = None) -> dict[str, Any]:
-    """Compose ``conf/config.yaml`` with Hydra overrides into a plain dict.
+    """Compose ``topkbench/conf/config.yaml`` with Hydra overrides into a plain dict.
 
     Every override either takes effect or is refused: keys that ``command`` would ignore
     (:func:`~topkbench.config.check_override_keys`), unknown keys at any level, and run options

@@ -326,7 +326,7 @@ def bench_kato_fig4_cmd(
 @handle_errors
 def bench_table5_cmd(
     overrides: list[str] = typer.Argument(
-        None, help="Hydra overrides applied on top (e.g. dataset sizes: see conf/dataset)"
+        None, help="Hydra overrides applied on top (e.g. dataset sizes: see topkbench/conf/dataset)"
     ),
     n_jobs: int = typer.Option(2, help="worker processes"),
     out: Path = typer.Option(Path("results/bench"), help="output directory"),

@@ -215,7 +215,7 @@ def bench_conditioning_cmd(
 
 @bench_app.command(
     "scale",
-    help="Memory at scale (issue 7): write an n x d float32 problem to disk (.npy or "
+    help="Memory at scale: write an n x d float32 problem to disk (.npy or "
     "contiguous HDF5), train each method in a fresh process on the memory-mapped file, report "
     "epoch time and the training process's peak resident memory.",
 )

@@ -1,6 +1,6 @@
 """The dataset object every loader returns, and the dispatcher from a DatasetConfig.
 
-Dataset kinds (``kind:`` in ``conf/dataset/*.yaml``, DESIGN §6):
+Dataset kinds (``kind:`` in ``topkbench/conf/dataset/*.yaml``, DESIGN §6):
 
 * ``circle``   — the synthetic circle of TPAMI §6.1 (Table 3).
 * ``gaussian`` — Gaussian classes (a Letter-shaped stand-in for benchmarks and smoke tests).
@@ -533,7 +533,7 @@ def load_dataset(cfg: DatasetConfig, seed: int) -> Dataset:
     """Build or load the dataset described by ``cfg``; ``seed`` drives any random choice.
 
     With the option ``float32: true`` dense feature matrices are stored as float32 (half the
-    memory; SDCA trains on them directly and accumulates in float64, issue 7); sparse ones
+    memory; SDCA trains on them directly and accumulates in float64); sparse ones
     stay float64."""
     ds = _load_dataset(cfg, seed)
     scale = check_choice("dataset.scale", str(cfg.get("scale", "none")), SCALINGS)
@@ -671,7 +671,7 @@ def load_dataset_cached(cfg: DatasetConfig, seed: int) -> Dataset:
 
     Dense feature matrices go to ``<name>-<hash>.<split>.npy`` beside the pickle and are loaded
     memory-mapped (read-only): the pool / Dask workers of a sweep then share one copy in the
-    page cache instead of holding one each (issue 7).  The ``.npy`` files are written before
+    page cache instead of holding one each.  The ``.npy`` files are written before
     the pickle, so a pickle only exists once its matrices do.
     """
     import pickle

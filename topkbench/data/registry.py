@@ -1,4 +1,5 @@
-"""Dataset registry (``conf/dataset/*.yaml``) and ``topkbench data list|info|fetch|verify``.
+"""Dataset registry (``topkbench/conf/dataset/*.yaml``) and ``topkbench data list | info |
+fetch | verify``.
 
 Downloads go through pooch (checksum verification, progress bar).  Where the source publishes
 no checksum (the LibSVM collection and Marlin's page do not), the registry says ``sha256: null``
@@ -37,7 +38,7 @@ def registry_names(conf_dir: Path) -> list[str]:
 
 
 def registry_entry(conf_dir: Path, name: str) -> DatasetConfig:
-    """The registry entry ``conf/dataset/<name>.yaml`` as a DatasetConfig."""
+    """The registry entry ``topkbench/conf/dataset/<name>.yaml`` as a DatasetConfig."""
     from omegaconf import OmegaConf
 
     path = conf_dataset_dir(conf_dir) / f"{name}.yaml"

@@ -5,11 +5,9 @@ example is not where the hardware prefetchers look (A is n x m: 16 MB on ``bench
 problem, beyond L2), and neither are its per-example scalars (warm-start root, squared norm,
 label): their arrays fit in L2 but the features and dual blocks streaming through evict them
 between visits.  The epoch loops know the permutation and ask for the next pair's data an
-iteration ahead (:func:`prefetch_row`, :func:`prefetch_at`).  Measured in interleaved A/Bs
-of the dense epoch kernel (16-24 epochs each, same states): the rows took 2-5 % off the
-lr_multi and svm_ova epochs, the scalars another 6-8 % off lr_multi (1-3 % off svm_ova).
-Prefetching the features' rows as well gained nothing (the passes read each row as a
-sequential stream, which the hardware prefetchers follow).
+iteration ahead (:func:`prefetch_row`, :func:`prefetch_at`): both shorten the dense epochs
+(docs/performance.md).  Prefetching the features' rows as well gained nothing (the passes
+read each row as a sequential stream, which the hardware prefetchers follow).
 
 ``prefetch_row`` emits LLVM's ``llvm.prefetch`` (``prefetcht0`` on x86): a hint, with no
 effect on any result.

@@ -342,8 +342,7 @@ def _entropic_block(loss, y, s, a, kii, C, k, out, work, vals, srt, idx, extra, 
     extra slot would hide; the compact vector of :func:`_b_vector` serves it."""
     m = s.shape[0]
     kk = 1 if loss == LOSS_LR_MULTI else k
-    # two call sites of the prox on purpose: one shared call (b chosen first) measured up to
-    # 3 % slower on the lr_multi epoch (0.0470 -> 0.0487-0.0509 s in interleaved A/Bs)
+    # two call sites of the prox on purpose: one shared call (b chosen first) was slower
     if kk == 1 or kk < m - 1:
         b = _b_full(y, s, a, kii, work)
         t0, status, sx = topk_ent_prox(
@@ -529,12 +528,9 @@ def _update_columns_dense(X, i, delta, cols, nz, W):
 # updates of one pair of examples and the scores of the next pair share one pass over W
 # (sdca_epochs_dense), each pass over the score vectors takes four feature rows (the score
 # accumulators are loaded and stored once per four rows), and sparse block changes update only
-# their columns.  Measured by `topkbench bench sdca` (README, "SDCA epochs"): the svm_multi
-# epoch went from 0.078 s (one example per pass, one row at a time) to 0.049 s (fused per
-# example, four rows) and 0.040 s (pairs).
+# their columns (`topkbench bench sdca` measures the epochs against the flop bound).
 # The passes are compiled with fastmath "contract" only: LLVM fuses each multiply-add into
-# an FMA (one rounding instead of two; no reassociation, so the sums keep feature order),
-# ~10 % off the svm_ova epoch in an A/B of the epoch kernel (0.045 -> 0.040 s).
+# an FMA (one rounding instead of two; no reassociation, so the sums keep feature order).
 _ROWS = 4
 _LANES = 8  # float64 per AVX-512 vector: sdca_epochs_dense pads W's width to a multiple
 
@@ -730,9 +726,7 @@ def sdca_epochs_dense(X, yptr, yidx, sqnorms, A, W, perms, loss, C, gamma, k, tr
     LLVM vectorizes the passes' column loops in blocks of 4 x 8 and runs the rest element by
     element unless it is a whole vector, and a vector load that straddles two cache lines
     costs two (numpy's and numba's arrays are only 16- or 32-byte aligned, so with m = 100
-    at least every other row of W did).  In an interleaved A/B of the epoch kernel on bench
-    sdca's problem (min of 12 epochs) this took svm_ova from 0.0376 to 0.0339 s and lr_multi
-    from 0.0602 to 0.0576 s.
+    at least every other row of W did).
     The padded columns have zero scores and zero changes: the result is the unpadded loop's.
     """
     m = W.shape[1]

@@ -76,8 +76,7 @@ bar), sorts only those, runs the sweep(s) and checks that condition for every sw
 ``2q >= n``.  Supports are tiny for the N(0,1) problems of Fig. 3a, so one pass does it.
 Short vectors (``n <= PRESELECT_MIN_N``: the m - 1 margins of an SDCA update) keep their
 ``2k + 8`` largest entries by insertion (:func:`insert_top`) and make the same check before
-falling back to the full sort: on the bench sdca problem (m = 100, k = 5) this halved the
-top-k hinges' epoch (0.125 -> 0.062 s for top-k SVM^alpha_1).
+falling back to the full sort, which is the top-k hinges' main cost at m = 100.
 
 Numerics: sums over U and M are recomputed from scratch for the final partition (the sweep
 updates them incrementally), so the result does not carry the sweep's accumulated rounding.

@@ -551,10 +551,8 @@ def topk_ent_prox(b, alpha, k, out, vals, srt, near, ex, tmp, pos, t_start):
     candidates start from that point (one Halley step aimed from the rough sums, then full
     evaluations: ``GUESS_ROUGH``) and the ``u = 0`` root is skipped; it is run only if they
     find no consistent set.  With the capped solution's t kept as the warm start, an example
-    that stays capped between SDCA epochs (83 % from epoch 2 to 3 on bench sdca's problem,
-    top-5 Ent, 99 % from epoch 5 on) skips the root's exact evaluation.  Measured on the
-    epoch-3 states of that problem: 0.922 -> 0.882 us per prox over all examples (in
-    isolation), and the topk_ent epoch 0.0520 -> 0.0516 s (q25 of an interleaved A/B).  When
+    that stays capped between SDCA epochs (most examples do after the first few epochs) skips
+    the root's exact evaluation.  When
     ``1 - s`` is below rounding level (huge b) the computed ``sum x`` can exceed 1 by a few
     ulps; ``x`` is then scaled onto ``sum x = 1`` (which keeps every cap ``x_j <= s/k``), so
     the result is always in the domain.

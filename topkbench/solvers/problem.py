@@ -66,7 +66,7 @@ def _as_features(X):
 
 # Row blocks of the n x d / n x m products when a full float64 temporary would be large
 # (float32 features, or an n x m score matrix above _BLOCK_ENTRIES): memory at n = 10^6 stays
-# ~ the features plus A (issue 7), and small problems keep the single BLAS call.
+# ~ the features plus A, and small problems keep the single BLAS call.
 ROW_BLOCK = 16_384
 
 
