@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from topkbench.errors import ConfigError
+from topkbench.metrics.multilabel import EMPTY_CONVENTIONS
 from topkbench.validation import check_choice, check_eval_every, check_int, check_positive
 
 DOC_KEYS = frozenset({"title", "paper", "description", "source", "splits_expected"})
@@ -19,7 +20,7 @@ DOC_KEYS = frozenset({"title", "paper", "description", "source", "splits_expecte
 SOLVER_KEYS = ("eps", "max_epochs", "time_limit", "eval_every")
 TRAIN_KEYS = frozenset(
     {"method", "C", "k", "gamma", "weights", "fw", "kernel", "theta", "topk", "delta",
-     *SOLVER_KEYS}
+     "empty_label", *SOLVER_KEYS}
 )  # fmt: skip
 RUN_KEYS = frozenset({"seed", "results_dir", "n_jobs", "scheduler"})
 ROOT_KEYS = TRAIN_KEYS | RUN_KEYS | {"dataset", "experiment"}
@@ -27,7 +28,7 @@ EXPERIMENT_KEYS = frozenset(
     {"name", "title", "dataset", "datasets", "rows", "C_grid", "theta_grid", "ks", "draws",
      "selection", "folds", "extend", "published", "layout", "warm_start", "ent_tr_init",
      "blocks", "metrics", "delta_grid", "max_gram_gb", "class_columns", "threshold_rule",
-     "certify_time_limit", "certify_max_epochs", *SOLVER_KEYS}
+     "certify_time_limit", "certify_max_epochs", "empty_label", *SOLVER_KEYS}
 )  # fmt: skip
 DATASET_KEYS = DOC_KEYS | {
     "name", "kind", "base", "bias", "cardinality", "files", "holdout", "n_classes", "n_features",
@@ -187,6 +188,7 @@ class TrainConfig:
     kernel: str = "linear"
     theta: float | None = None
     delta: float = 0.0  # threshold of the multilabel partition metrics
+    empty_label: str = "zero"  # their 0/0 convention: zero (the paper) | one (Mulan)
     weights: Any = "flat"  # wtopk_svm rank weights
     fw: str = "standard"  # wtopk_svm Frank-Wolfe variant
 
@@ -208,6 +210,7 @@ class TrainConfig:
                 kernel=str(d.get("kernel") or "linear"),
                 theta=d.get("theta"),
                 delta=float(d.get("delta") or 0.0),
+                empty_label=_choice(d, "empty_label", "zero", EMPTY_CONVENTIONS),
                 weights=d.get("weights", "flat"),
                 fw=str(d.get("fw", "standard")),
             )
@@ -303,6 +306,7 @@ class ExperimentConfig:
     max_gram_gb: float = 8.0  # refuse RBF fits whose n x n Gram matrix would exceed this
     class_columns: tuple[str, ...] = ()  # class_ap layout: column names in label order
     threshold_rule: str = "grid"  # grid: delta selected per metric | cardinality: matched
+    empty_label: str = "zero"  # 0/0 in the partition metrics: zero (the paper) | one (Mulan)
     # a selected fit stopped on the budget is continued from its dual until eps, within these
     certify_time_limit: float = 600.0
     certify_max_epochs: int = 1_000_000
@@ -437,6 +441,7 @@ class ExperimentConfig:
             max_gram_gb=float(exp.get("max_gram_gb", 8.0)),
             class_columns=tuple(str(c) for c in exp.get("class_columns") or ()),
             threshold_rule=_choice(exp, "threshold_rule", "grid", ("grid", "cardinality")),
+            empty_label=_choice(exp, "empty_label", "zero", EMPTY_CONVENTIONS),
             certify_time_limit=_positive(exp, "certify_time_limit", 600.0, float),
             certify_max_epochs=_positive(exp, "certify_max_epochs", 1_000_000, int),
         )

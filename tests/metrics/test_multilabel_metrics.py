@@ -10,7 +10,7 @@ What is tested:
   ``<=``), P@k / R@k break ties against the prediction, and R@k of a singleton label set is the
   top-k accuracy of :mod:`topkbench.metrics.topk`;
 * small hand-computed cases (P@k, R@k, rank loss, step-wise AP with ties, VOC07 11-point AP);
-* the perfect-score conventions for vanishing denominators (module docstring);
+* both conventions for vanishing denominators (module docstring);
 * the threshold grids and per-metric threshold selection of TPAMI §6.3 and DESIGN
   (/work/shared/DESIGN.md) §7, the label-cardinality threshold, metric names (DESIGN §6.2 data
   feed these metrics) and input errors.
@@ -30,7 +30,7 @@ from sklearn.metrics import (
     label_ranking_loss,
 )
 
-from topkbench.errors import InputError
+from topkbench.errors import ConfigError, InputError
 from topkbench.metrics.multilabel import (
     LOWER_IS_BETTER,
     PARTITION_METRICS,
@@ -90,23 +90,28 @@ def test_ranking_metrics_match_sklearn(seed):
     assert ranking_metrics(S, sp.csr_matrix(Y)) == out
 
 
+@pytest.mark.parametrize("empty,zero_division", [("zero", 0), ("one", 1)])
 @pytest.mark.parametrize("seed", SEEDS)
-def test_partition_metrics_match_sklearn(seed):
+def test_partition_metrics_match_sklearn(seed, empty, zero_division):
     S, Y = random_problem(seed)
+    Y[:, -1] = 0  # a class without positives: F1-macro depends on the convention
     deltas = [-np.inf, -0.5, 0.0, 0.3, float(np.quantile(S, 0.9)), 1e9]
-    for delta in deltas:
+    grid = partition_metrics_grid(S, Y, deltas, empty)
+    for q, delta in enumerate(deltas):
         P = (S >= delta).astype(np.int8)
-        out = partition_metrics(S, Y, delta)
+        out = partition_metrics(S, Y, delta, empty)
+        zd = zero_division
         ref = {
             "hloss": hamming_loss(Y, P),
-            "f1_micro": f1_score(Y, P, average="micro", zero_division=1),
-            "f1_macro": f1_score(Y, P, average="macro", zero_division=1),
-            "f1_inst": f1_score(Y, P, average="samples", zero_division=1),
-            "acc": jaccard_score(Y, P, average="samples", zero_division=1),
+            "f1_micro": f1_score(Y, P, average="micro", zero_division=zd),
+            "f1_macro": f1_score(Y, P, average="macro", zero_division=zd),
+            "f1_inst": f1_score(Y, P, average="samples", zero_division=zd),
+            "acc": jaccard_score(Y, P, average="samples", zero_division=zd),
             "sacc": accuracy_score(Y, P),
         }
         for name, value in ref.items():
             assert out[name] == pytest.approx(value, abs=1e-12), (name, delta)
+            assert grid[name][q] == pytest.approx(value, abs=1e-12), (name, delta)
 
 
 @pytest.mark.parametrize("seed", SEEDS[:4])
@@ -239,32 +244,36 @@ def test_empty_and_complete_label_sets():
     assert ranking_metrics(S[:1], Y[:1], r_at=(1, 2, 3))["r@1"] == 1.0
 
 
-def test_empty_prediction_and_truth_is_perfect():
+@pytest.mark.parametrize("empty,e", [("zero", 0.0), ("one", 1.0)])
+def test_empty_prediction_and_truth_by_hand(empty, e):
     S = np.array([[-1.0, -2.0, -3.0], [1.0, -1.0, 0.5]])
     Y = np.array([[0, 0, 0], [1, 0, 0]])
-    out = partition_metrics(S, Y, 0.0)
-    # row 0: h and Y empty -> acc = f1 = 1; row 1: h = {0, 2}, Y = {0} -> acc 1/2, f1 2/3
-    assert out["acc"] == pytest.approx((1 + 1 / 2) / 2)
-    assert out["f1_inst"] == pytest.approx((1 + 2 / 3) / 2)
-    assert out["sacc"] == pytest.approx(0.5)
+    out = partition_metrics(S, Y, 0.0, empty=empty)
+    # row 0: h and Y empty -> acc = f1 = e; row 1: h = {0, 2}, Y = {0} -> acc 1/2, f1 2/3
+    assert out["acc"] == pytest.approx((e + 1 / 2) / 2)
+    assert out["f1_inst"] == pytest.approx((e + 2 / 3) / 2)
+    assert out["sacc"] == pytest.approx(0.5)  # h = Y = {} is a correct prediction
     assert out["hloss"] == pytest.approx(1 / 6)
-    # classes: 0 -> F1 1; 1 -> no positive, no prediction -> 1; 2 -> FP only -> 0
-    assert out["f1_macro"] == pytest.approx(2 / 3)
-    assert out["f1_micro"] == pytest.approx(2 / 3)  # tp 1, fp 1, fn 0
+    # classes: 0 -> F1 1; 1 -> no positive, no prediction -> e; 2 -> FP only -> 0
+    assert out["f1_macro"] == pytest.approx((1 + e + 0) / 3)
+    assert out["f1_micro"] == pytest.approx(2 / 3)  # tp 1, fp 1, fn 0: no 0/0
 
 
-def test_all_empty_gives_perfect_partition_scores():
+@pytest.mark.parametrize("empty,e", [("zero", 0.0), ("one", 1.0)])
+def test_all_empty_partition_scores(empty, e):
     S = -np.ones((3, 4))
     Y = np.zeros((3, 4))
-    out = partition_metrics(S, Y, 0.0)
-    assert out == {
-        "hloss": 0.0,
-        "acc": 1.0,
-        "sacc": 1.0,
-        "f1_micro": 1.0,
-        "f1_macro": 1.0,
-        "f1_inst": 1.0,
-    }
+    out = partition_metrics(S, Y, 0.0, empty=empty)
+    assert out == {"hloss": 0.0, "acc": e, "sacc": 1.0, "f1_micro": e, "f1_macro": e, "f1_inst": e}
+
+
+def test_the_paper_convention_is_the_default_and_others_are_refused():
+    S = np.array([[1.0, -1.0], [1.0, -1.0]])
+    Y = np.array([[1, 0], [1, 0]])
+    assert partition_metrics(S, Y, 0.0)["f1_macro"] == 0.5  # class 1: 0/0 -> 0
+    assert multilabel_metrics(S, Y, empty="one")["f1_macro"] == 1.0
+    with pytest.raises(ConfigError, match="empty must be one of zero, one"):
+        partition_metrics(S, Y, 0.0, empty="mulan")
 
 
 def test_map_skips_classes_without_positives_and_is_nan_without_any():

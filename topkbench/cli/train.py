@@ -82,7 +82,9 @@ def train(
     for split, (Xs, ys) in ds.splits.items():
         scores = model.decision_function(Xs)
         if ds.multilabel:
-            metrics[split] = evaluate_multilabel(ds, split, scores, delta=cfg.delta)
+            metrics[split] = evaluate_multilabel(
+                ds, split, scores, delta=cfg.delta, empty=cfg.empty_label
+            )
         else:
             acc = topk_accuracy(scores, ys, ks)
             metrics[split] = {f"top{k}": v for k, v in acc.items()}

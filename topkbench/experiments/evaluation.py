@@ -118,12 +118,15 @@ def pool_images(scores: np.ndarray, Y, ids: np.ndarray | None, source: str = "")
     return g.pool(scores)[by_appearance], Yi[by_appearance]
 
 
-def multilabel_record(prefix: str, scores: np.ndarray, Y, deltas, cardinality=None) -> dict:
+def multilabel_record(
+    prefix: str, scores: np.ndarray, Y, deltas, cardinality=None, empty: str = "zero"
+) -> dict:
     """Record columns of one evaluated split: ranking metrics as ``<prefix>_<metric>``, the AP
     of every class as the list ``<prefix>_ap_classes`` (Table 10), and the partition metrics on
     the threshold grid as lists ``<prefix>_<metric>_grid``; with the training label
     ``cardinality``, also the partition metrics at the cardinality-matched threshold
-    (``<prefix>_<metric>_card``, ``<prefix>_delta_card``)."""
+    (``<prefix>_<metric>_card``, ``<prefix>_delta_card``).  ``empty`` is the 0/0 convention of
+    the partition metrics (:mod:`topkbench.metrics.multilabel`)."""
     from topkbench.metrics.multilabel import (
         MAX_AT,
         cardinality_threshold,
@@ -140,19 +143,21 @@ def multilabel_record(prefix: str, scores: np.ndarray, Y, deltas, cardinality=No
     ranking = ranking_metrics(scores, T, p_at=ks, r_at=ks, aps=aps)
     out = {f"{prefix}_{k}": v for k, v in ranking.items()}
     out[f"{prefix}_ap_classes"] = [float(x) for x in aps]
-    for k, v in partition_metrics_grid(scores, T, deltas).items():
+    for k, v in partition_metrics_grid(scores, T, deltas, empty).items():
         out[f"{prefix}_{k}_grid"] = [float(x) for x in v]
     if cardinality is not None:
         dc = cardinality_threshold(scores, cardinality)
         out[f"{prefix}_delta_card"] = dc
-        for k, v in partition_metrics(scores, T, dc).items():
+        for k, v in partition_metrics(scores, T, dc, empty).items():
             out[f"{prefix}_{k}_card"] = v
     return out
 
 
-def evaluate_multilabel(ds, split: str, scores: np.ndarray, *, delta=0.0) -> dict[str, float]:
+def evaluate_multilabel(
+    ds, split: str, scores: np.ndarray, *, delta=0.0, empty: str = "zero"
+) -> dict[str, float]:
     """All multilabel metrics of ``split`` (pooled per image when it has image ids)."""
     from topkbench.metrics.multilabel import multilabel_metrics
 
     S, Y = image_level(ds, split, scores)
-    return multilabel_metrics(S, Y, delta=delta)
+    return multilabel_metrics(S, Y, delta=delta, empty=empty)

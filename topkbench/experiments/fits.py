@@ -120,6 +120,7 @@ class _Context:
     deltas: Any
     train_cardinality: float | None
     ks_max: int
+    empty_label: str = "zero"
     init_model: Any = None
 
 
@@ -154,6 +155,7 @@ def path_context(exp: ExperimentConfig, job: PathJob, data_seed: int):
     ctx = _Context(
         data, dataset, delta_grid(exp.delta_grid),
         _train_cardinality(dataset) if dataset.multilabel else None, max(exp.ks, default=1),
+        exp.empty_label,
     )  # fmt: skip
     if job.init_C is not None:  # TPAMI §6.2: Ent_tr starts from the selected LR^Multi
         ctx.init_model = _init_model(exp, data, job.init_C, data_seed, dataset.n_classes)
@@ -216,7 +218,9 @@ def make_record(
         scores = data.scores(model, split)
         if dataset.multilabel:
             S = scores if groups is None else groups.pool(scores)
-            record.update(multilabel_record(split, S, ys, ctx.deltas, ctx.train_cardinality))
+            record.update(
+                multilabel_record(split, S, ys, ctx.deltas, ctx.train_cardinality, ctx.empty_label)
+            )
         else:
             ks = [k for k in range(1, dataset.n_classes) if k <= ctx.ks_max]
             for k, v in topk_accuracy(scores, ys, ks).items():

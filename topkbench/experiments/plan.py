@@ -113,8 +113,9 @@ def record_spec(
     if theta is not None:
         spec["kernel"] = "rbf"
         spec["theta"] = float(theta)
-    if exp.multilabel:  # records hold the partition metrics on this threshold grid
+    if exp.multilabel:  # records hold the partition metrics on this grid, with this 0/0
         spec["delta_grid"] = exp.delta_grid
+        spec["empty_label"] = exp.empty_label
     return spec
 
 

@@ -21,13 +21,26 @@ n x m 0/1 indicator (dense or sparse).
 loss), ``acc`` (``|h cap Y| / |h cup Y|``), ``sacc`` (subset accuracy), ``f1_micro``,
 ``f1_macro``, ``f1_inst`` (TPAMI's three averagings of F1 = 2TP / (2TP + FP + FN)).
 
-**Conventions for empty and complete label sets** (Mulan's delicious has empty ones; they
-carry no ranking constraint and are left out of training, but kept in evaluation):
-a ratio whose denominator vanishes counts as a *perfect* score, i.e. ``rloss = 0`` when
-``Y_i`` is empty or complete, ``r@k = 1`` when ``Y_i`` is empty, ``acc = 1`` when ``h(x_i)`` and
-``Y_i`` are both empty, and F1 = 1 when ``TP + FP + FN = 0`` (for an example or a class).  This
-is Mulan's convention (the framework of Madjarov et al., TPAMI ref. [11], whose protocol Tables
-7/9 follow) and scikit-learn's with ``zero_division=1``; every example counts in ``n``.
+**Empty sets** (Mulan's delicious has examples without labels, and a test split can hold no
+positive of a class; such examples carry no ranking constraint and are left out of training,
+but kept in evaluation, and every example counts in ``n``).  Ranking metrics: ``rloss = 0``
+when ``Y_i`` is empty or complete (no pair can be reversed; scikit-learn's
+``label_ranking_loss`` does the same) and ``r@k = 1`` when ``Y_i`` is empty.  Partition
+metrics take the convention for a ratio 0/0 as the option ``empty``:
+
+* ``"zero"`` (the default; TPAMI Tables 7/9 and 10-12, scikit-learn's ``zero_division=0``):
+  F1 = 0 for a class (``f1_macro``) or an example (``f1_inst``) with ``TP + FP + FN = 0``,
+  ``f1_micro = 0`` when nothing is predicted and nothing is true, ``acc = 0`` for an example
+  whose predicted and true sets are both empty;
+* ``"one"`` (Mulan's ``InformationRetrievalMeasures``, scikit-learn's ``zero_division=1``):
+  the same cases count as perfect, 1.
+
+Why ``"zero"`` for the paper: TPAMI §3.1 defines F1 and accuracy as ratios without saying
+what 0/0 is, and its F1-macro numbers are those of ``"zero"`` (docs/findings.md).  One guard
+for every ratio (0/0 is 0) is the implementation this implies, so ``acc``, ``f1_inst`` and
+``f1_micro`` follow it; they differ only where the true and predicted sets are both empty.
+Hamming loss and subset accuracy have no ratio to decide (``h = Y = {}`` is a correct
+prediction for both).
 
 **Threshold selection**: each partition metric selects its own ``delta`` on a grid from stored
 scores (no retraining): :func:`delta_grid` gives the 71-point grid of Tables 7/9 and the
@@ -94,13 +107,22 @@ def _scores(S) -> NDArray[np.float64]:
     return S
 
 
-def _ratio(num, den):
-    """num / den with 0/0 -> 1 (the perfect-score convention of the module docstring)."""
+EMPTY_CONVENTIONS = ("zero", "one")
+
+
+def _ratio(num, den, empty: str = "one"):
+    """num / den with 0/0 -> 0 (``empty="zero"``) or 1 (``"one"``; module docstring)."""
     num = np.asarray(num, dtype=np.float64)
     den = np.asarray(den, dtype=np.float64)
-    out = np.ones(np.broadcast(num, den).shape)
+    out = np.full(np.broadcast(num, den).shape, 1.0 if empty == "one" else 0.0)
     np.divide(num, den, out=out, where=den != 0)
     return out
+
+
+def _check_empty(empty: str) -> str:
+    from topkbench.validation import check_choice
+
+    return check_choice("empty", empty, EMPTY_CONVENTIONS)
 
 
 def pessimistic_order(S, T) -> NDArray[np.bool_]:
@@ -191,26 +213,26 @@ def partition_counts(S, T, delta: float):
     )
 
 
-def partition_metrics(S, Y, delta: float) -> dict[str, float]:
+def partition_metrics(S, Y, delta: float, empty: str = "zero") -> dict[str, float]:
     """Hamming loss, accuracy, subset accuracy and the three F1 averagings at threshold
-    ``delta`` (module docstring)."""
+    ``delta``, with 0/0 counted as ``empty`` prescribes (module docstring)."""
     S = _scores(S)
     T = _dense_truth(Y, S.shape)
-    return _partition_from_truth(S, T, float(delta))
+    return _partition_from_truth(S, T, float(delta), _check_empty(empty))
 
 
-def _partition_from_truth(S, T, delta) -> dict[str, float]:
+def _partition_from_truth(S, T, delta, empty: str) -> dict[str, float]:
     n, m = S.shape
     (tp_i, fp_i, fn_i), (tp_j, fp_j, fn_j) = partition_counts(S, T, delta)
     err_i = fp_i + fn_i
     tp, fp, fn = tp_i.sum(), fp_i.sum(), fn_i.sum()
     return {
         "hloss": float(err_i.sum() / (n * m)),
-        "acc": float(np.mean(_ratio(tp_i, tp_i + err_i))),
+        "acc": float(np.mean(_ratio(tp_i, tp_i + err_i, empty))),
         "sacc": float(np.mean(err_i == 0)),
-        "f1_micro": float(_ratio(2 * tp, 2 * tp + fp + fn)),
-        "f1_macro": float(np.mean(_ratio(2 * tp_j, 2 * tp_j + fp_j + fn_j))),
-        "f1_inst": float(np.mean(_ratio(2 * tp_i, 2 * tp_i + err_i))),
+        "f1_micro": float(_ratio(2 * tp, 2 * tp + fp + fn, empty)),
+        "f1_macro": float(np.mean(_ratio(2 * tp_j, 2 * tp_j + fp_j + fn_j, empty))),
+        "f1_inst": float(np.mean(_ratio(2 * tp_i, 2 * tp_i + err_i, empty))),
     }
 
 
@@ -221,13 +243,14 @@ def _suffix_counts(keys, mask, n_groups, G):
     return np.cumsum(c[:, ::-1], axis=1)[:, ::-1][:, 1:]
 
 
-def partition_metrics_grid(S, Y, deltas) -> dict[str, NDArray[np.float64]]:
+def partition_metrics_grid(S, Y, deltas, empty: str = "zero") -> dict[str, NDArray[np.float64]]:
     """Every partition metric at every ``delta`` of the grid: ``{metric: array(len(deltas))}``.
 
     One pass instead of one per threshold: with the grid sorted, entry (i, j) is predicted at
     ``delta_q`` iff ``q < b_ij = #{q : delta_q <= S_ij}``; per-example and per-class TP and FP
     at every q are suffix sums of bucket counts, O(n m log G + (n + m) G) in all.
     """
+    empty = _check_empty(empty)
     S = _scores(S)
     T = _dense_truth(Y, S.shape)
     deltas = np.asarray(deltas, dtype=np.float64).ravel()
@@ -247,11 +270,11 @@ def partition_metrics_grid(S, Y, deltas) -> dict[str, NDArray[np.float64]]:
     tp, fp, fn = tp_i.sum(0), fp_i.sum(0), fn_i.sum(0)
     sorted_out = {
         "hloss": err_i.sum(axis=0) / (n * m),
-        "acc": _ratio(tp_i, tp_i + err_i).mean(axis=0),
+        "acc": _ratio(tp_i, tp_i + err_i, empty).mean(axis=0),
         "sacc": (err_i == 0).mean(axis=0),
-        "f1_micro": _ratio(2 * tp, 2 * tp + fp + fn),
-        "f1_macro": _ratio(2 * tp_j, 2 * tp_j + fp_j + fn_j).mean(axis=0),
-        "f1_inst": _ratio(2 * tp_i, 2 * tp_i + err_i).mean(axis=0),
+        "f1_micro": _ratio(2 * tp, 2 * tp + fp + fn, empty),
+        "f1_macro": _ratio(2 * tp_j, 2 * tp_j + fp_j + fn_j, empty).mean(axis=0),
+        "f1_inst": _ratio(2 * tp_i, 2 * tp_i + err_i, empty).mean(axis=0),
     }
     out = {}
     for name in PARTITION_METRICS:
@@ -271,10 +294,10 @@ def best_index(values, metric: str) -> int:
     return int(np.flatnonzero(score >= np.nanmax(score) - TIE_TOL)[0])
 
 
-def select_thresholds(S, Y, deltas) -> dict[str, tuple[float, float]]:
+def select_thresholds(S, Y, deltas, empty: str = "zero") -> dict[str, tuple[float, float]]:
     """For each partition metric, ``(best delta, value there)`` on the grid (first on ties)."""
     deltas = np.asarray(deltas, dtype=np.float64)
-    grid = partition_metrics_grid(S, Y, deltas)
+    grid = partition_metrics_grid(S, Y, deltas, empty)
     out = {}
     for name, values in grid.items():
         q = best_index(values, name)
@@ -303,16 +326,17 @@ def label_cardinality(Y) -> float:
 
 
 def multilabel_metrics(
-    S, Y, *, delta: float | dict[str, float] = 0.0, ap: str = "step"
+    S, Y, *, delta: float | dict[str, float] = 0.0, ap: str = "step", empty: str = "zero"
 ) -> dict[str, float]:
     """Ranking metrics plus the partition metrics at ``delta`` (one value for all, or a
     ``{metric: delta}`` mapping as produced by threshold selection)."""
+    empty = _check_empty(empty)
     S = _scores(S)
     T = _dense_truth(Y, S.shape)
     out = ranking_metrics(S, T, ap=ap)
     if isinstance(delta, dict):
         for name in PARTITION_METRICS:
-            out[name] = _partition_from_truth(S, T, float(delta[name]))[name]
+            out[name] = _partition_from_truth(S, T, float(delta[name]), empty)[name]
     else:
-        out.update(_partition_from_truth(S, T, float(delta)))
+        out.update(_partition_from_truth(S, T, float(delta), empty))
     return out

@@ -23,6 +23,16 @@ from topkbench.experiments.selection_multilabel import (
 )
 from topkbench.metrics.multilabel import LOWER_IS_BETTER, delta_grid
 
+# the report's statement of the partition metrics' 0/0 convention (metrics.multilabel)
+EMPTY_NOTE = {
+    "zero": "Partition metrics count 0/0 as 0 (empty_label=zero, the paper's convention and "
+    "scikit-learn's zero_division=0): F1 of a class or an example with no positive and no "
+    "prediction, and accuracy of an example whose true and predicted sets are both empty.",
+    "one": "Partition metrics count 0/0 as 1 (empty_label=one, Mulan's convention and "
+    "scikit-learn's zero_division=1): F1 of a class or an example with no positive and no "
+    "prediction, and accuracy of an example whose true and predicted sets are both empty.",
+}
+
 METRIC_TITLES = {
     "rloss": "RLoss",
     "hloss": "HLoss",
@@ -252,6 +262,7 @@ def build_multilabel_report(exp, records: pd.DataFrame, published: pd.DataFrame)
         + (f", {exp.time_limit:g} s" if exp.time_limit else "")
         + f" per fit); {n_conv}/{n_rec} fits reached ε. Training leaves out examples whose "
         "label set is empty or complete (no ranking constraint); evaluation keeps them.",
+        EMPTY_NOTE[exp.empty_label],
     ]
     if draws > 1:
         lines.append(f"Ours: mean ± sample std over {draws} draws (data seeds from {exp.seed}).")
