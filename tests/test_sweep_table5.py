@@ -136,13 +136,14 @@ def test_cli_sweep_and_report_match_golden(smoke_run):
     assert (out / "report.md").read_text() == md
     assert (out / "report.tex").read_text() == tex
 
-    # shape: one block per dataset, the 17 rows, four top-k columns (ours, paper, Δ each)
+    # shape: one block per dataset, the 17 rows and the 3 rows of the L-BFGS block after them,
+    # four top-k columns (ours, paper, Δ each)
     assert md.count("\n## ") == 2
     assert "## Gaussian classes, val selection" in md and "## Gaussian classes, 3-fold CV" in md
     header = "| Method | " + " | ".join(f"Top-{k} | paper | Δ" for k in KS) + " |"
     assert md.count(header + "\n") == 2
     table_lines = [ln for ln in md.splitlines() if ln.startswith("| ") and ln != header]
-    assert len(table_lines) == 2 * 17
+    assert len(table_lines) == 2 * 20
     assert all(ln.count(" | ") == 12 for ln in table_lines)
     assert [ln.split(" | ")[0][2:] for ln in table_lines] == [r.row for r in exp.rows] * 2
     assert not any("not run" in ln for ln in table_lines)
@@ -152,7 +153,7 @@ def test_cli_sweep_and_report_match_golden(smoke_run):
     for env in ("table", "tabular"):
         assert tex.count(rf"\begin{{{env}}}") == tex.count(rf"\end{{{env}}}") == 2
     body = [ln for ln in tex.splitlines() if ln.endswith(r" \\")]
-    assert len(body) == 2 * (17 + 2)
+    assert len(body) == 2 * (20 + 2)
     assert all(ln.count(" & ") == 12 for ln in body if "multicolumn" not in ln)
     assert r"SVM$^{\mathrm{Multi}}$" in tex and r"top-1 SVM$_{\mathrm{1}}$" in tex
     assert "$\\Delta$" in tex and "—" not in tex and "±" not in tex
@@ -163,7 +164,7 @@ def test_cli_sweep_and_report_match_golden(smoke_run):
     csv = pd.read_csv(out / "report.csv")
     assert {"dataset", "row", "k", "ours_mean", "paper", "diff"} <= set(csv.columns)
     assert set(csv["dataset"]) == {"synth_val", "synth_cv"}
-    assert len(csv) == 2 * 17 * len(KS)
+    assert len(csv) == 2 * 20 * len(KS)
     assert csv["ours_mean"].notna().all()
     assert csv["paper"].isna().all() and csv["diff"].isna().all()  # no published numbers
 

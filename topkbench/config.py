@@ -12,7 +12,13 @@ import numpy as np
 
 from topkbench.errors import ConfigError
 from topkbench.metrics.multilabel import EMPTY_CONVENTIONS
-from topkbench.validation import check_choice, check_eval_every, check_int, check_positive
+from topkbench.validation import (
+    check_choice,
+    check_eval_every,
+    check_int,
+    check_positive,
+    check_solver,
+)
 
 DOC_KEYS = frozenset({"title", "paper", "description", "source", "splits_expected"})
 
@@ -20,7 +26,7 @@ DOC_KEYS = frozenset({"title", "paper", "description", "source", "splits_expecte
 SOLVER_KEYS = ("eps", "max_epochs", "time_limit", "eval_every")
 TRAIN_KEYS = frozenset(
     {"method", "C", "k", "gamma", "weights", "fw", "kernel", "theta", "topk", "delta",
-     "empty_label", *SOLVER_KEYS}
+     "empty_label", "solver", *SOLVER_KEYS}
 )  # fmt: skip
 RUN_KEYS = frozenset({"seed", "results_dir", "n_jobs", "scheduler"})
 ROOT_KEYS = TRAIN_KEYS | RUN_KEYS | {"dataset", "experiment"}
@@ -191,6 +197,7 @@ class TrainConfig:
     empty_label: str = "zero"  # their 0/0 convention: zero (the paper) | one (Mulan)
     weights: Any = "flat"  # wtopk_svm rank weights
     fw: str = "standard"  # wtopk_svm Frank-Wolfe variant
+    solver: str | None = None  # topk_ent_tr: lbfgs (default) | gd
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
@@ -213,6 +220,7 @@ class TrainConfig:
                 empty_label=_choice(d, "empty_label", "zero", EMPTY_CONVENTIONS),
                 weights=d.get("weights", "flat"),
                 fw=str(d.get("fw", "standard")),
+                solver=d.get("solver") or None,
             )
         except KeyError as exc:
             raise ConfigError(f"missing config key {exc.args[0]!r}") from None
@@ -233,6 +241,7 @@ class SweepRow:
     gamma_values: tuple[float, ...] = ()  # gamma as a hyper-parameter (Kato Table 1)
     weights: Any = "flat"  # wtopk_svm: flat | linear | exp | a tuple of rank weights
     fw: str = "standard"  # wtopk_svm: Frank-Wolfe variant
+    solver: str = ""  # topk_ent_tr: lbfgs | gd ("": the method's default)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SweepRow:
@@ -256,6 +265,8 @@ class SweepRow:
 
         if get_method(self.method).solver == "frank_wolfe":
             return {"weights": self.weights, "fw": self.fw}
+        if self.solver:  # only rows that choose a solver change their records' keys
+            return {"solver": self.solver}
         return {}
 
     def variants(self) -> tuple[SweepRow, ...]:
@@ -371,6 +382,8 @@ class ExperimentConfig:
                     f"row {r.row!r}: RBF rows belong to the multilabel protocol (an experiment "
                     "with 'metrics:'); the top-k protocol has no theta selection"
                 )
+            if r.solver:
+                check_solver(spec, r.solver)
             if r.gamma_values and "gamma" not in spec.params:
                 raise ConfigError(f"row {r.row!r}: {spec.name} takes no gamma, so no gamma list")
             if any(g < 0 for g in r.gamma_values):

@@ -25,6 +25,7 @@ from topkbench.validation import (
     check_method_params,
     check_multilabel,
     check_positive,
+    check_solver,
     class_indices,
 )
 
@@ -125,6 +126,7 @@ def fit(
     weights="flat",
     fw: str = "standard",
     accelerate: str = "auto",
+    solver: str | None = None,
 ) -> Model:
     """Train ``method`` on features ``X`` (dense or CSR, n x d) and targets ``Y``.
 
@@ -165,9 +167,12 @@ def fit(
         smoothing continuation for the nonsmooth hinges), which certifies the same problem
         (:mod:`topkbench.solvers.accelerated`); ``"never"`` is plain SDCA; ``"always"``
         accelerates from the first epoch whenever the condition number exceeds 1.
+    solver : ``topk_ent_tr`` only: ``"lbfgs"`` (default) or ``"gd"``, the authors' batch
+        gradient descent with its own stopping rule (:func:`~topkbench.solvers.ent_tr.
+        solve_ent_tr_gd`), which is what the paper's Ent_tr numbers come from.
     check_kernel : verify that ``K`` is finite and symmetric (O(n^2) per call); callers that
         built ``K`` themselves with :func:`topkbench.gram.rbf_kernel` may skip it.
-    init : for ``topk_ent_tr`` only, the model whose ``W`` L-BFGS starts from (TPAMI §6.2:
+    init : for ``topk_ent_tr`` only, the model whose ``W`` the descent starts from (TPAMI §6.2:
         the selected LR^Multi solution); without it, LR^Multi is first solved at the same C.
     """
     spec = get_method(method)
@@ -233,6 +238,7 @@ def fit(
     max_epochs = check_int("max_epochs", max_epochs, 0)
     eval_every = check_eval_every(eval_every)
     accelerate = check_choice("accelerate", accelerate, ACCELERATE_MODES)
+    solver = check_solver(spec, solver)
     if time_limit is not None:
         time_limit = check_positive("time_limit", time_limit)
     if spec.solver != "frank_wolfe" and (
@@ -254,7 +260,7 @@ def fit(
         model = _fit_ent_tr(
             X, y, m, spec.name, C=C, k=k, eps=eps, max_epochs=max_epochs, seed=seed,
             time_limit=time_limit, eval_every=eval_every, warm_start=warm_start, init=init,
-            warn=warn,
+            warn=warn, solver=solver,
         )  # fmt: skip
         model.classes = classes
         return model
@@ -398,17 +404,25 @@ def _fit_frank_wolfe(F, y, m, name, *, gram, C, k, gamma, weights, fw, eps, max_
 
 
 def _fit_ent_tr(X, y, m, name, *, C, k, eps, max_epochs, seed, time_limit, eval_every,
-                warm_start, init, warn) -> Model:  # fmt: skip
-    """top-k Ent_tr: L-BFGS (solvers/ent_tr.py) from ``init.W`` (a trained LR^Multi model, the
-    TPAMI §6.2 protocol), or from LR^Multi solved at the same C.
+                warm_start, init, warn, solver) -> Model:  # fmt: skip
+    """top-k Ent_tr: L-BFGS, or the authors' gradient descent (``solver="gd"``; both in
+    solvers/ent_tr.py) from ``init.W`` (a trained LR^Multi model, the TPAMI §6.2 protocol), or
+    from LR^Multi solved at the same C.
 
     ``eps`` is the relative gradient tolerance of L-BFGS and the duality-gap tolerance of the
-    LR^Multi start; ``max_epochs`` bounds both.  The returned ``A`` is the LR^Multi dual of the
-    starting point, so a model can warm-start the next C of a path (the LR^Multi path is
-    warm-started, then Ent_tr restarts from its solution).  No duality gap exists for this
+    LR^Multi start; ``max_epochs`` bounds both.  Gradient descent keeps the authors' own
+    stopping rule (``||grad F||_2 <= 1e-3`` or 1,000 iterations) whatever ``eps`` is.  The
+    returned ``A`` is the LR^Multi dual of the starting point, so a model can warm-start the
+    next C of a path (the LR^Multi path is warm-started, then Ent_tr restarts from its
+    solution).  No duality gap exists for this
     nonconvex loss: ``dual`` and ``relative_gap`` are NaN.
     """
-    from topkbench.solvers.ent_tr import solve_ent_tr
+    from topkbench.solvers.ent_tr import solve_ent_tr, solve_ent_tr_gd
+
+    def descend(W0):
+        if solver == "gd":
+            return solve_ent_tr_gd(X, y, W0, C=C, k=k)
+        return solve_ent_tr(X, y, W0, C=C, k=k, gtol=eps, max_iter=max(1, max_epochs))
 
     if init is not None:
         if init.W is None or init.W.shape != (X.shape[1], m):
@@ -416,8 +430,8 @@ def _fit_ent_tr(X, y, m, name, *, C, k, eps, max_epochs, seed, time_limit, eval_
                 f"init needs a linear model with W of shape {(X.shape[1], m)} on these features"
             )
         start = init
-        r = solve_ent_tr(X, y, init.W, C=C, k=k, gtol=eps, max_iter=max(1, max_epochs))
-        return _ent_tr_model(name, C, k, eps, seed, start, r, warn, init_seconds=0.0)
+        r = descend(init.W)
+        return _ent_tr_model(name, C, k, eps, seed, start, r, warn, 0.0, solver)
     lr_warm = warm_start
     if isinstance(warm_start, Model):
         if warm_start.method not in (name, "lr_multi"):
@@ -430,23 +444,24 @@ def _fit_ent_tr(X, y, m, name, *, C, k, eps, max_epochs, seed, time_limit, eval_
         time_limit=time_limit, eval_every=eval_every, n_classes=m, warm_start=lr_warm,
         warn=warn,
     )  # fmt: skip
-    # for k = 1 (LR^Multi) L-BFGS only confirms stationarity of the start
-    r = solve_ent_tr(X, y, start.W, C=C, k=k, gtol=eps, max_iter=max(1, max_epochs))
-    return _ent_tr_model(name, C, k, eps, seed, start, r, warn, start.train_seconds)
+    # for k = 1 (LR^Multi) the descent only confirms stationarity of the start
+    r = descend(start.W)
+    return _ent_tr_model(name, C, k, eps, seed, start, r, warn, start.train_seconds, solver)
 
 
-def _ent_tr_model(name, C, k, eps, seed, start, r, warn, init_seconds: float) -> Model:
-    """The Model of an Ent_tr run: L-BFGS result ``r`` started from LR^Multi model ``start``."""
+def _ent_tr_model(name, C, k, eps, seed, start, r, warn, init_seconds: float, solver) -> Model:
+    """The Model of an Ent_tr run: descent result ``r`` started from LR^Multi model ``start``."""
     if r.status != "converged" and warn:
+        label = "gradient descent" if solver == "gd" else "L-BFGS"
         warnings.warn(
-            f"top-k Ent_tr L-BFGS stopped on {r.status} after {r.iterations} iterations "
-            f"({r.message}); the result is the best point found",
+            f"top-k Ent_tr {label} stopped on {r.status} after {r.iterations} iterations "
+            f"({r.message}); the result is the last point reached",
             ConvergenceWarning,
             stacklevel=3,
         )
     return Model(
         method=name,
-        params={"C": C, "k": k, "gamma": 0.0, "eps": eps, "seed": seed},
+        params={"C": C, "k": k, "gamma": 0.0, "eps": eps, "seed": seed, "solver": solver},
         W=r.W,
         A=start.A,
         primal=r.primal,
@@ -458,7 +473,8 @@ def _ent_tr_model(name, C, k, eps, seed, start, r, warn, init_seconds: float) ->
         trace=r.trace,
         info={
             "grad_norm": r.grad_norm,
-            "lbfgs_message": r.message,
+            "solver": solver,
+            "solver_message": r.message,
             "init_method": "lr_multi",
             "init_C": start.params["C"],
             "init_primal": start.primal,

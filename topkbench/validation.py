@@ -245,3 +245,17 @@ def check_choice(name: str, value, allowed: tuple[str, ...]) -> str:
     if not isinstance(value, str) or value not in allowed:
         raise ConfigError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
     return value
+
+
+ENT_TR_SOLVERS = ("lbfgs", "gd")
+
+
+def check_solver(spec, solver: str | None) -> str | None:
+    """The solver of method ``spec`` (``None``: its default).  Only top-k Ent_tr offers a
+    choice: ``"lbfgs"`` (the default, the better optimizer of the loss) or ``"gd"`` (the
+    authors' gradient descent, what TPAMI's Ent_tr numbers come from)."""
+    if spec.solver == "lbfgs":
+        return check_choice("solver", "lbfgs" if solver is None else solver, ENT_TR_SOLVERS)
+    if solver is not None and solver != spec.solver:
+        raise ConfigError(f"method {spec.name} is solved by {spec.solver}; got solver={solver!r}")
+    return None

@@ -74,6 +74,7 @@ def train(
                 if get_method(cfg.method).solver == "frank_wolfe"
                 else {}
             ),
+            solver=cfg.solver,
         )
     for w in caught:
         log.warning("%s", w.message)

@@ -99,3 +99,34 @@ def write_report(exp: ExperimentConfig, rep: TableReport) -> list[Path]:
 
 def exp_row_names(exp: ExperimentConfig) -> set[str]:
     return {r.row for r in exp.rows}
+
+
+def ent_tr_note(exp: ExperimentConfig) -> list[str]:
+    """The footer line on the nonconvex top-k Ent_tr rows: which solver each used, from where."""
+    from topkbench.losses.registry import get_method
+
+    rows = [r for r in exp.rows if get_method(r.method).solver == "lbfgs"]
+    if not rows:
+        return []
+    start = (
+        "the LR^Multi model selected for the row's k (TPAMI §6.2), retrained on each fold or "
+        "on all of train"
+        if exp.ent_tr_init == "selected"
+        else "the LR^Multi solution at the same C"
+    )
+    gd = [r.row for r in rows if r.solver == "gd"]
+    lbfgs = [r.row for r in rows if r.solver != "gd"]
+    parts = []
+    if gd:
+        parts.append(
+            f"{', '.join(gd)}: the authors' gradient descent (Armijo line search; stops at "
+            "||grad F||_2 <= 1e-3 or after 1,000 iterations, as the paper's numbers were made)"
+        )
+    if lbfgs:
+        parts.append(
+            f"{', '.join(lbfgs)}: L-BFGS until the largest gradient entry falls by ε = {exp.eps:g}"
+        )
+    return [
+        "Nonconvex top-k Ent_tr, from " + start + ". " + "; ".join(parts) + ". A local "
+        "optimum: no duality gap exists, and 'converged' means the solver's gradient test."
+    ]

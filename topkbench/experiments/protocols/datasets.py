@@ -11,6 +11,7 @@ from topkbench.experiments.render import (
     TableReport,
     _fmt,
     _tex,
+    ent_tr_note,
     exp_row_names,
     markdown_blocks,
 )
@@ -21,13 +22,14 @@ def _dataset_rows(exp: ExperimentConfig, published: pd.DataFrame, ds_name: str) 
     if not published.empty and "dataset" in published:
         pub = published[published["dataset"] == ds_name]
         rows += [r for r in pub["row"].unique() if r not in rows]
-    return rows
+    return rows + [r.row for r in exp.rows if r.block]  # extra blocks last
 
 
 def _datasets_table(exp, selected, published) -> pd.DataFrame:
     """Long table: one line per (dataset, row, k) with ours (mean, std, draws), paper, diff."""
     out = []
     has_ds = not published.empty and "dataset" in published
+    paper_rows = {r.row: r.paper_row or r.row for r in exp.rows}
     for ds in exp.datasets:
         sel_ds = selected[selected["dataset"] == ds.name] if len(selected) else selected
         for row in _dataset_rows(exp, published, ds.name):
@@ -39,7 +41,7 @@ def _datasets_table(exp, selected, published) -> pd.DataFrame:
                 if has_ds:
                     hit = published[
                         (published["dataset"] == ds.name)
-                        & (published["row"] == row)
+                        & (published["row"] == paper_rows.get(row, row))
                         & (published["k"] == k)
                     ]
                     paper = float(hit["value"].iloc[0]) if len(hit) else np.nan
@@ -155,18 +157,7 @@ def build_datasets_report(exp, records, selected, published) -> TableReport:
         + (f", {exp.time_limit:g} s" if exp.time_limit else "")
         + f" per fit); {n_conv}/{n_rec} fits reached ε.",
     ]
-    nonconvex = [r.row for r in exp.rows if get_method(r.method).solver == "lbfgs"]
-    if nonconvex:
-        lines.append(
-            f"{', '.join(nonconvex)}: nonconvex, L-BFGS from "
-            + (
-                "the LR^Multi model selected for the row's k (TPAMI §6.2), retrained on each "
-                "fold or on all of train"
-                if exp.ent_tr_init == "selected"
-                else "the LR^Multi solution at the same C"
-            )
-            + " (a local optimum; 'converged' means the gradient test)."
-        )
+    lines += ent_tr_note(exp)
     if grids:
         lines.append(
             f"{', '.join(grids)}: the model's k (and gamma) are selected per column with C, as "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from topkbench.experiments.render import UNCERTIFIED, TableReport, _fmt
+from topkbench.experiments.render import UNCERTIFIED, TableReport, _fmt, ent_tr_note
 
 
 def _summarize(row, block, paper_row, selected, published, ks) -> dict[str, object]:
@@ -97,15 +97,7 @@ def build_rows_report(exp, records, selected, published) -> TableReport:
         f"within {exp.certify_time_limit:g} s). {n_conv}/{n_rec} fits reached ε.",
         "Rows marked 'not run' are in the paper but not in this experiment's method list.",
     ]
-    from topkbench.losses.registry import get_method
-
-    nonconvex = [r.row for r in exp.rows if get_method(r.method).solver == "lbfgs"]
-    if nonconvex:
-        lines.append(
-            f"{', '.join(nonconvex)}: nonconvex, L-BFGS from the LR^Multi solution at the same "
-            f"C until the largest gradient entry falls by ε = {exp.eps:g} (a local optimum; "
-            "no duality gap exists, its 'converged' means this gradient test)."
-        )
+    lines += ent_tr_note(exp)
     if exp.blocks:
         lines.append(
             "In extra blocks, the paper column shows the published value of the row named in "
