@@ -14,7 +14,7 @@ from pathlib import Path
 
 from topkbench.config import DatasetConfig
 from topkbench.data.dataset import cached_sha256, data_dir, resolve_path, sha256_of, unique_files
-from topkbench.errors import ConfigError, DatasetNotFoundError, TopkbenchError
+from topkbench.errors import ConfigError, DataFormatError, DatasetNotFoundError, TopkbenchError
 
 LOCK_NAME = "SHA256SUMS"
 
@@ -38,8 +38,9 @@ def registry_names(conf_dir: Path) -> list[str]:
 
 
 def registry_entry(conf_dir: Path, name: str) -> DatasetConfig:
-    """The registry entry ``topkbench/conf/dataset/<name>.yaml`` as a DatasetConfig."""
-    from omegaconf import OmegaConf
+    """The registry entry ``topkbench/conf/dataset/<name>.yaml`` as a DatasetConfig (plain
+    YAML: the data layer never sees Hydra or OmegaConf)."""
+    import yaml
 
     path = conf_dataset_dir(conf_dir) / f"{name}.yaml"
     if not path.exists():
@@ -47,7 +48,15 @@ def registry_entry(conf_dir: Path, name: str) -> DatasetConfig:
             f"unknown dataset {name!r}; registered: {', '.join(registry_names(conf_dir))}",
             hint="topkbench data list",
         )
-    return DatasetConfig.from_dict(OmegaConf.to_container(OmegaConf.load(path), resolve=True))
+    try:
+        entry = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = None if mark is None else mark.line + 1
+        raise DataFormatError(str(path), f"not valid YAML: {exc}", line) from None
+    if not isinstance(entry, dict):
+        raise DataFormatError(str(path), "a registry entry is a mapping of dataset options")
+    return DatasetConfig.from_dict(entry)
 
 
 @dataclass
