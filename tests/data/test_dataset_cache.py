@@ -9,7 +9,8 @@ import pytest
 import scipy.sparse as sp
 
 from topkbench.config import DatasetConfig
-from topkbench.data.dataset import _cache_path, load_dataset, load_dataset_cached
+from topkbench.data.cache import _cache_path, load_dataset_cached
+from topkbench.data.dataset import load_dataset
 
 
 @pytest.fixture

@@ -16,15 +16,12 @@ import scipy.io
 import scipy.sparse as sp
 
 from topkbench.config import DatasetConfig
-from topkbench.data.dataset import (
-    load_dataset,
-    missing_files,
-    stratified_folds,
-    stratified_holdout,
-)
+from topkbench.data.dataset import load_dataset
 from topkbench.data.features import read_features
+from topkbench.data.files import missing_files
 from topkbench.data.matlab import read_mat, read_split_mat
 from topkbench.data.pca import gram_pca
+from topkbench.data.preprocess import stratified_folds, stratified_holdout
 from topkbench.errors import DataFormatError, DatasetNotFoundError
 
 # ---------------------------------------------------------------------------------------------

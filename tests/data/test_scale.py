@@ -77,7 +77,7 @@ def test_unknown_values_and_huge_sparse_standard_are_refused(files, tmp_path, mo
     with pytest.raises(ConfigError, match="dataset.scale.*none, standard, maxabs"):
         load(paths, scale="minmax")
     assert sp.issparse(load(paths).splits["train"][0])  # LibSVM data is read sparse
-    monkeypatch.setattr("topkbench.data.dataset.MAX_DENSE_GB", 1e-6)
+    monkeypatch.setattr("topkbench.data.preprocess.MAX_DENSE_GB", 1e-6)
     with pytest.raises(ConfigError, match="sparse data dense"):
         load(paths, scale="standard")
     load(paths, scale="maxabs")

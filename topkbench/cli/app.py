@@ -162,7 +162,7 @@ def _resolve_dataset(conf: Path, entry: Any) -> dict[str, Any]:
 
 def check_data_files(cfg) -> None:
     """Refuse data files that fail their checksum; say which have none to check against."""
-    from topkbench.data.dataset import missing_files
+    from topkbench.data.files import missing_files
     from topkbench.data.registry import check_before_use
 
     if cfg.kind not in ("libsvm", "mat", "mulan", "features") or missing_files(cfg):

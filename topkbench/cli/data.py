@@ -30,7 +30,7 @@ def data_list() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from topkbench.data.dataset import data_dir, missing_files
+    from topkbench.data.files import data_dir, missing_files
     from topkbench.data.registry import registry_entry, registry_names
 
     t = Table("name", "kind", "paper m / n / d", "files", "title", title=f"data dir: {data_dir()}")
@@ -49,7 +49,7 @@ def data_list() -> None:
 @data_app.command("info", help="Show a dataset's files, sources, preprocessing and state.")
 @handle_errors
 def data_info(name: str = typer.Argument(..., help="registered dataset name")) -> None:
-    from topkbench.data.dataset import data_dir
+    from topkbench.data.files import data_dir
     from topkbench.data.registry import registry_entry, verify
 
     cfg = registry_entry(conf_dir(), name)

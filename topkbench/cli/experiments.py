@@ -95,7 +95,7 @@ def _available_datasets(exp, skip_missing: bool):
     datasets with a warning when ``skip_missing``."""
     from dataclasses import replace
 
-    from topkbench.data.dataset import missing_files
+    from topkbench.data.files import missing_files
     from topkbench.errors import DatasetNotFoundError
 
     missing = {d.name: missing_files(d) for d in exp.datasets}

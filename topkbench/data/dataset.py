@@ -14,15 +14,16 @@ Dataset kinds (``kind:`` in ``topkbench/conf/dataset/*.yaml``, DESIGN §6):
 
 Options shared by the file kinds:
 
-* ``files``: split name -> file name (resolved under the data directory, see :func:`data_dir`)
-  or ``{file: ..., url: ..., sha256: ...}`` (the registry form, used by ``topkbench data``).
+* ``files``: split name -> file name (resolved under the data directory,
+  :mod:`topkbench.data.files`) or ``{file: ..., url: ..., sha256: ...}`` (the registry form,
+  used by ``topkbench data``).
   ``.npy`` features take ``{file: X.npy, labels: y.npy}``.
 * ``holdout: {source: all, test_fraction: 0.5, seed: 0}`` — split one file into stratified
   train/test parts with a fixed seed (ALOI, TPAMI §6.2), independent of the run seed.
 * ``pca: nonsingular`` or an integer — PCA fitted on train (News20, :mod:`topkbench.data.pca`).
 * ``bias``: value of an appended constant feature (0 = none, DESIGN §2).
 * ``scale: none | standard | maxabs`` — per-feature scaling fitted on the training split
-  (:func:`scale_features`); ``none`` (the default) keeps the papers' raw features.
+  (:mod:`topkbench.data.preprocess`); ``none`` (the default) keeps the papers' raw features.
 
 Every check raises :class:`DataFormatError` naming the file: NaN/Inf features, splits with
 different feature counts (LibSVM files are widened to the largest index instead, since the
@@ -32,9 +33,7 @@ without some class that occurs in another split.
 
 from __future__ import annotations
 
-import copy
 import logging
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +42,14 @@ import numpy as np
 import scipy.sparse as sp
 
 from topkbench.config import DatasetConfig
+from topkbench.data.files import (
+    SPLIT_ORDER,
+    extra_file_entries,
+    file_entries,
+    missing_files,
+    resolve_path,
+)
+from topkbench.data.preprocess import SCALINGS, append_bias, apply_holdout, scale_features
 from topkbench.errors import ConfigError, DataFormatError, DatasetNotFoundError
 from topkbench.validation import check_choice
 
@@ -76,145 +83,6 @@ class Dataset:
 
 
 DATASET_KINDS = ("circle", "gaussian", "multilabel_synth", "libsvm", "mat", "features", "mulan")
-SPLIT_ORDER = ("train", "val", "test")
-
-
-def data_dir() -> Path:
-    """``$TOPKBENCH_DATA`` if set, else ``datasets/`` of the checkout (or of the cwd)."""
-    env = os.environ.get("TOPKBENCH_DATA")
-    if env:
-        return Path(env).expanduser().resolve()
-    repo = Path(__file__).resolve().parents[2] / "datasets"
-    return repo if repo.is_dir() else Path.cwd() / "datasets"
-
-
-def file_entries(cfg: DatasetConfig) -> dict[str, dict[str, Any]]:
-    """The ``files:`` option as ``split -> {file, url, sha256, ...}``."""
-    files = cfg.get("files") or {
-        s: cfg.get(s) for s in SPLIT_ORDER if cfg.get(s)
-    }  # DESIGN §9: ``dataset=libsvm dataset.train=PATH dataset.val=PATH dataset.test=PATH``
-    if not isinstance(files, dict):
-        raise ConfigError(f"dataset {cfg.name}: 'files' must map split names to files")
-    out = {}
-    for split, entry in files.items():
-        if entry is None:
-            continue
-        out[str(split)] = {"file": entry} if isinstance(entry, str) else dict(entry)
-        if not out[str(split)].get("file"):
-            raise ConfigError(f"dataset {cfg.name}: files.{split} needs a 'file'")
-    return out
-
-
-def resolve_path(cfg: DatasetConfig, name: str) -> Path:
-    """An absolute path, a path existing relative to the cwd, or ``data_dir()/<dataset>/name``."""
-    p = Path(name).expanduser()
-    if p.is_absolute() or p.exists():
-        return p
-    return data_dir() / cfg.name / name
-
-
-def extra_file_entries(cfg: DatasetConfig) -> list[dict[str, Any]]:
-    """Files besides the splits' (the Mulan label XML, ``xml:``), as ``{file, url, sha256}``."""
-    xml = cfg.get("xml")
-    if not xml:
-        return []
-    return [{"file": xml} if isinstance(xml, str) else dict(xml)]
-
-
-def unique_files(cfg: DatasetConfig) -> list[dict[str, Any]]:
-    """File entries of ``cfg`` with duplicates (several splits in one file) merged."""
-    seen: dict[str, dict[str, Any]] = {}
-    for entry in [*file_entries(cfg).values(), *extra_file_entries(cfg)]:
-        for key in ("file", "labels"):
-            name = entry.get(key)
-            if not name:
-                continue
-            cur = seen.setdefault(name, {"file": name, "url": None, "sha256": None})
-            if key == "file":
-                cur["url"] = cur["url"] or entry.get("url")
-                cur["sha256"] = cur["sha256"] or entry.get("sha256")
-    return list(seen.values())
-
-
-def missing_files(cfg: DatasetConfig) -> list[Path]:
-    """Files of ``cfg`` that are not on disk (empty for generated datasets)."""
-    paths = [resolve_path(cfg, f["file"]) for f in unique_files(cfg)]
-    return [p for p in paths if not p.exists()]
-
-
-def append_bias(X, value: float):
-    """Append a constant feature ``value`` (DESIGN §2: no bias term unless a config asks)."""
-    if value == 0.0:
-        return X
-    if sp.issparse(X):
-        col = sp.csr_matrix(np.full((X.shape[0], 1), value))
-        return sp.hstack([X, col], format="csr")
-    return np.hstack([X, np.full((X.shape[0], 1), value)])
-
-
-def stratified_holdout(y: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Row indices (keep, held out): ``round(fraction * n_c)`` of each class held out."""
-    rng = np.random.default_rng(seed)
-    keep, out = [], []
-    for c in np.unique(y):
-        idx = np.flatnonzero(y == c)
-        rng.shuffle(idx)
-        h = int(round(fraction * len(idx)))
-        out.append(idx[:h])
-        keep.append(idx[h:])
-    return np.sort(np.concatenate(keep)), np.sort(np.concatenate(out))
-
-
-def stratified_folds(y: np.ndarray, n_folds: int, seed: int) -> np.ndarray:
-    """Fold id (0..n_folds-1) of every example; each class is spread evenly over the folds."""
-    rng = np.random.default_rng(seed)
-    fold = np.empty(len(y), dtype=np.int64)
-    offset = 0
-    for c in np.unique(y):
-        idx = np.flatnonzero(y == c)
-        rng.shuffle(idx)
-        fold[idx] = (np.arange(len(idx)) + offset) % n_folds
-        offset += len(idx)  # continue the round robin so small classes do not all start at 0
-    return fold
-
-
-def apply_holdout(cfg: DatasetConfig, raw, provenance, *extras) -> None:
-    """Split ``raw[source]`` into train/test in place (``holdout:`` option), carrying the
-    per-row ``extras`` (image ids, primary labels) along.
-
-    Class labels: a stratified ``test_fraction`` per class (ALOI, TPAMI §6.2).  Label sets
-    (no single class to stratify on): a seeded random ``test_count`` or ``test_fraction``
-    (bookmarks).  The holdout seed is fixed by the config, independent of the run seed.
-    """
-    holdout = cfg.get("holdout")
-    if not holdout:
-        return
-    source = str(holdout.get("source", "all"))
-    if source not in raw:
-        raise ConfigError(f"dataset {cfg.name}: holdout source split {source!r} is not in files")
-    X, y, src = raw.pop(source)
-    hseed = int(holdout.get("seed", 0))
-    if sp.issparse(y):
-        n = X.shape[0]
-        if holdout.get("test_count") is not None:
-            n_out = int(holdout["test_count"])
-        else:
-            n_out = int(round(float(holdout.get("test_fraction", 0.5)) * n))
-        if not 0 < n_out < n:
-            raise DataFormatError(src, f"holdout of {n_out} test examples from {n} is impossible")
-        perm = np.random.default_rng(hseed).permutation(n)
-        out, keep = np.sort(perm[:n_out]), np.sort(perm[n_out:])
-        provenance["holdout"] = f"random {n_out} of {source} to test, seed {hseed}"
-    else:
-        frac = float(holdout.get("test_fraction", 0.5))
-        keep, out = stratified_holdout(y, frac, hseed)
-        provenance["holdout"] = f"stratified {frac:g} of {source} to test, seed {hseed}"
-    raw["train"] = (X[keep], y[keep], src)
-    raw["test"] = (X[out], y[out], src)
-    for extra in extras:
-        if source in extra:
-            v = extra.pop(source)
-            extra["train"], extra["test"] = v[keep], v[out]
 
 
 def _check_finite(X, source: str) -> None:
@@ -482,53 +350,6 @@ def assemble_multilabel(
     )  # fmt: skip
 
 
-SCALINGS = ("none", "standard", "maxabs")
-MAX_DENSE_GB = 4.0
-
-
-def scale_features(ds: Dataset, how: str, has_bias: bool = False) -> None:
-    """Scale every split's features in place by statistics of the training split.
-
-    ``standard``: ``(x_j - mean_j) / std_j``; centring fills a sparse matrix, so sparse
-    splits become dense (refused above MAX_DENSE_GB); ``maxabs``: ``x_j / max_i |x_ij|`` (keeps
-    sparsity).  Columns that are constant (std 0) or zero on train keep a unit divisor; an
-    appended bias column is left as it is.  Scaling changes the problem, and with it C's
-    meaning: R^2 = max ||x||^2 falls from up to ~1e5 on raw real features to about d, which is
-    what makes SDCA fast there.
-    """
-    X = ds.splits["train"][0]
-    d = X.shape[1] - (1 if has_bias else 0)
-    if how == "standard":
-        gb = sum(8.0 * Xs.shape[0] * Xs.shape[1] for Xs, _ in ds.splits.values()) / 2**30
-        if any(sp.issparse(Xs) for Xs, _ in ds.splits.values()):
-            if gb > MAX_DENSE_GB:
-                raise ConfigError(
-                    f"dataset {ds.name}: scale=standard centres the features, which makes this "
-                    f"sparse data dense ({gb:.1f} GB > {MAX_DENSE_GB:g} GB)",
-                    hint="use dataset.scale=maxabs for sparse features",
-                )
-            for split, (Xs, y) in ds.splits.items():
-                ds.splits[split] = (Xs.toarray() if sp.issparse(Xs) else Xs, y)
-            X = ds.splits["train"][0]
-        Xd = np.asarray(X[:, :d], dtype=np.float64)
-        shift = Xd.mean(axis=0)
-        div = Xd.std(axis=0)
-    else:
-        shift = np.zeros(d)
-        div = np.asarray(abs(X[:, :d]).max(axis=0).todense() if sp.issparse(X)
-                         else np.abs(X[:, :d]).max(axis=0), dtype=np.float64).ravel()  # fmt: skip
-    div[div == 0.0] = 1.0
-    for split, (Xs, y) in ds.splits.items():
-        if sp.issparse(Xs):
-            cols = np.concatenate([1.0 / div, np.ones(Xs.shape[1] - d)])
-            Xs = sp.csr_matrix(Xs @ sp.diags(cols))
-        else:
-            Xs = np.array(Xs, dtype=np.float64)
-            Xs[:, :d] = (Xs[:, :d] - shift) / div
-        ds.splits[split] = (Xs, y)
-    ds.provenance["scale"] = f"{how}, fitted on train"
-
-
 def load_dataset(cfg: DatasetConfig, seed: int) -> Dataset:
     """Build or load the dataset described by ``cfg``; ``seed`` drives any random choice.
 
@@ -609,112 +430,3 @@ def _load_dataset(cfg: DatasetConfig, seed: int) -> Dataset:
     raise ConfigError(
         f"unknown dataset kind {cfg.kind!r}. Available kinds are: {', '.join(DATASET_KINDS)}"
     )
-
-
-def sha256_of(path: Path, chunk: int = 1 << 20) -> str:
-    import hashlib
-
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()
-
-
-_DIGESTS: dict[tuple[str, int, int], str] = {}
-
-
-def cached_sha256(path: Path) -> str:
-    """:func:`sha256_of`, cached per process by (path, size, mtime)."""
-    st = path.stat()
-    stamp = (str(path.resolve()), st.st_size, st.st_mtime_ns)
-    if stamp not in _DIGESTS:
-        _DIGESTS[stamp] = sha256_of(path)
-    return _DIGESTS[stamp]
-
-
-def file_digests(cfg: DatasetConfig) -> dict[str, str]:
-    """SHA-256 of every file ``cfg`` reads (``{name: digest}``; empty for generated data).
-
-    Record keys carry these, so a changed file invalidates exactly its records.
-    """
-    out = {}
-    for f in unique_files(cfg):
-        path = resolve_path(cfg, f["file"])
-        try:
-            out[f["file"]] = cached_sha256(path)
-        except OSError as exc:
-            raise DataFormatError(str(path), f"cannot read it ({exc.strerror})") from None
-    return out
-
-
-def _cache_path(cfg: DatasetConfig) -> Path:
-    import hashlib
-    import json
-
-    stamp = []
-    for f in unique_files(cfg):
-        st = resolve_path(cfg, f["file"]).stat()
-        stamp.append([f["file"], st.st_size, st.st_mtime_ns])
-    blob = json.dumps([cfg.spec_dict(), stamp], sort_keys=True, default=repr)
-    digest = hashlib.sha256(blob.encode()).hexdigest()[:20]
-    return data_dir() / ".cache" / f"{cfg.name}-{digest}.pkl"
-
-
-def load_dataset_cached(cfg: DatasetConfig, seed: int) -> Dataset:
-    """:func:`load_dataset`, with parsed/preprocessed LibSVM and .mat data cached on disk.
-
-    Parsing ALOI's text or computing News20's PCA takes long and every worker process of a
-    sweep needs the data: the first load writes ``<data dir>/.cache/<name>-<hash>.pkl``
-    (atomically; the hash covers the dataset spec and the files' sizes and mtimes, so editing a
-    file or an option invalidates it).  File datasets do not depend on ``seed``.
-
-    Dense feature matrices go to ``<name>-<hash>.<split>.npy`` beside the pickle and are loaded
-    memory-mapped (read-only): the pool / Dask workers of a sweep then share one copy in the
-    page cache instead of holding one each.  The ``.npy`` files are written before
-    the pickle, so a pickle only exists once its matrices do.
-    """
-    import pickle
-
-    if cfg.kind not in ("libsvm", "mat", "mulan") or missing_files(cfg):
-        return load_dataset(cfg, seed)
-    path = _cache_path(cfg)
-    if path.exists():
-        try:
-            with open(path, "rb") as fh:
-                ds = pickle.load(fh)
-            for split, (X, y) in ds.splits.items():
-                if isinstance(X, str) and X.startswith(_NPY_REF):
-                    X = np.load(path.parent / X[len(_NPY_REF) :], mmap_mode="r")
-                    ds.splits[split] = (X, y)
-            return ds
-        except (OSError, pickle.UnpicklingError, EOFError, ValueError):
-            path.unlink(missing_ok=True)
-    ds = load_dataset(cfg, seed)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    shell = copy.copy(ds)
-    shell.splits = dict(ds.splits)
-    for split, (X, y) in ds.splits.items():
-        if isinstance(X, np.ndarray) and X.dtype.kind == "f":
-            name = f"{path.stem}.{split}.npy"
-            _atomic_write(path.parent / name, lambda fh, X=X: np.save(fh, X))
-            shell.splits[split] = (_NPY_REF + name, y)
-    _atomic_write(path, lambda fh: pickle.dump(shell, fh, protocol=pickle.HIGHEST_PROTOCOL))
-    return ds
-
-
-_NPY_REF = "npy-cache:"
-
-
-def _atomic_write(path: Path, write) -> None:
-    """``write(fh)`` into a temporary file beside ``path``, then rename it onto ``path``."""
-    import tempfile
-
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            write(fh)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from topkbench.config import DatasetConfig
-from topkbench.data.dataset import cached_sha256, data_dir, resolve_path, sha256_of, unique_files
+from topkbench.data.files import cached_sha256, data_dir, resolve_path, sha256_of, unique_files
 from topkbench.errors import ConfigError, DataFormatError, DatasetNotFoundError, TopkbenchError
 
 LOCK_NAME = "SHA256SUMS"

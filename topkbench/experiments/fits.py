@@ -21,8 +21,8 @@ _DATA_CACHE: dict[str, Any] = {}
 
 def cached_dataset(ds: DatasetConfig, seed: int):
     """Load a dataset once per process (paths of one worker share it; parsed files are also
-    cached on disk, see :func:`~topkbench.data.dataset.load_dataset_cached`)."""
-    from topkbench.data.dataset import load_dataset_cached
+    cached on disk, see :func:`~topkbench.data.cache.load_dataset_cached`)."""
+    from topkbench.data.cache import load_dataset_cached
 
     key = spec_key({"d": ds.spec_dict(), "seed": seed})
     if key not in _DATA_CACHE:
@@ -76,7 +76,7 @@ def _path_data(dataset, fold: str, n_folds: int, seed: int, method: str) -> Path
 
             folds = group_folds(Xtr.shape[0], n_folds, seed, ids)
         else:
-            from topkbench.data.dataset import stratified_folds
+            from topkbench.data.preprocess import stratified_folds
 
             folds = stratified_folds(ytr, n_folds, seed)
         tr, te = np.flatnonzero(folds != i), np.flatnonzero(folds == i)

@@ -85,7 +85,7 @@ def record_spec(
     configuration it names.
     """
     import topkbench
-    from topkbench.data.dataset import file_digests
+    from topkbench.data.files import file_digests
 
     spec = {
         "experiment": exp.name,

@@ -181,7 +181,7 @@ def current_records(exp: ExperimentConfig, records: pd.DataFrame) -> pd.DataFram
     the digests the records carry stand in for them; ``records.attrs["unverified"]`` names
     those datasets.
     """
-    from topkbench.data.dataset import missing_files
+    from topkbench.data.files import missing_files
 
     if records.empty:
         return records

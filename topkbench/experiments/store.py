@@ -182,6 +182,11 @@ class RecordStore:
                 conn.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT)")
                 conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA),))
             schema = conn.execute("SELECT value FROM meta WHERE name = 'schema'").fetchone()
+        except sqlite3.OperationalError as exc:
+            if not create and "no such table" in str(exc):
+                conn.close()  # a writer is creating the store this moment: nothing to read yet
+                return None
+            raise StoreError(f"cannot open record store {self.db}: {exc}") from None
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open record store {self.db}: {exc}") from None
         if schema is None or int(schema[0]) != SCHEMA:

@@ -181,7 +181,7 @@ def run_sweep(
     store = RecordStore(exp.results_dir, exp.name)
     with WriterLock(store):
         warm_up({r.method for r in exp.rows}, {r.method for r in exp.rows if r.kernel == "rbf"})
-        from topkbench.data.dataset import load_dataset_cached
+        from topkbench.data.cache import load_dataset_cached
 
         for ds in exp.datasets:  # fail early on bad data, and fill the disk cache once
             if ds.kind in ("libsvm", "mat", "mulan"):

@@ -66,7 +66,7 @@ def class_ap_table(exp, records, selected, published, classes) -> pd.DataFrame:
 
 
 def build_class_ap_report(exp, records: pd.DataFrame, published: pd.DataFrame):
-    from topkbench.data.dataset import load_dataset_cached
+    from topkbench.data.cache import load_dataset_cached
     from topkbench.experiments.render import TableReport, _tex
 
     selected = select_multilabel(records, exp)

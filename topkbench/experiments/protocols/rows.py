@@ -111,8 +111,11 @@ def build_rows_report(exp, records, selected, published) -> TableReport:
             f"Fits stopped on the budget had C ≥ {worst['C'].min():g} ("
             + (f"largest relative gap {convex.max():.2g}" if len(convex) else "")
             + ("; " if len(convex) and len(convex) < len(gaps) else "")
-            + (f"{len(gaps) - len(convex)} nonconvex Ent_tr fits, which have no gap"
-               if len(convex) < len(gaps) else "")  # fmt: skip
+            + (
+                f"{len(gaps) - len(convex)} nonconvex Ent_tr fits, which have no gap"
+                if len(convex) < len(gaps)
+                else ""
+            )  # fmt: skip
             + ")."
         )
     return TableReport("\n".join(lines) + "\n", table, selected)

@@ -1,0 +1,118 @@
+"""Where a dataset's files are, which are missing, and what their contents hash to.
+
+File kinds name their files under ``files:`` (split name -> file name, or the registry form
+``{file: ..., url: ..., sha256: ...}``); a relative name resolves under the data directory
+(:func:`data_dir`).  Record keys carry the files' SHA-256 (:func:`file_digests`), so a changed
+file invalidates exactly its records.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from topkbench.config import DatasetConfig
+from topkbench.errors import ConfigError, DataFormatError
+
+SPLIT_ORDER = ("train", "val", "test")
+
+
+def data_dir() -> Path:
+    """``$TOPKBENCH_DATA`` if set, else ``datasets/`` of the checkout (or of the cwd)."""
+    env = os.environ.get("TOPKBENCH_DATA")
+    if env:
+        return Path(env).expanduser().resolve()
+    repo = Path(__file__).resolve().parents[2] / "datasets"
+    return repo if repo.is_dir() else Path.cwd() / "datasets"
+
+
+def file_entries(cfg: DatasetConfig) -> dict[str, dict[str, Any]]:
+    """The ``files:`` option as ``split -> {file, url, sha256, ...}``."""
+    files = cfg.get("files") or {
+        s: cfg.get(s) for s in SPLIT_ORDER if cfg.get(s)
+    }  # DESIGN §9: ``dataset=libsvm dataset.train=PATH dataset.val=PATH dataset.test=PATH``
+    if not isinstance(files, dict):
+        raise ConfigError(f"dataset {cfg.name}: 'files' must map split names to files")
+    out = {}
+    for split, entry in files.items():
+        if entry is None:
+            continue
+        out[str(split)] = {"file": entry} if isinstance(entry, str) else dict(entry)
+        if not out[str(split)].get("file"):
+            raise ConfigError(f"dataset {cfg.name}: files.{split} needs a 'file'")
+    return out
+
+
+def resolve_path(cfg: DatasetConfig, name: str) -> Path:
+    """An absolute path, a path existing relative to the cwd, or ``data_dir()/<dataset>/name``."""
+    p = Path(name).expanduser()
+    if p.is_absolute() or p.exists():
+        return p
+    return data_dir() / cfg.name / name
+
+
+def extra_file_entries(cfg: DatasetConfig) -> list[dict[str, Any]]:
+    """Files besides the splits' (the Mulan label XML, ``xml:``), as ``{file, url, sha256}``."""
+    xml = cfg.get("xml")
+    if not xml:
+        return []
+    return [{"file": xml} if isinstance(xml, str) else dict(xml)]
+
+
+def unique_files(cfg: DatasetConfig) -> list[dict[str, Any]]:
+    """File entries of ``cfg`` with duplicates (several splits in one file) merged."""
+    seen: dict[str, dict[str, Any]] = {}
+    for entry in [*file_entries(cfg).values(), *extra_file_entries(cfg)]:
+        for key in ("file", "labels"):
+            name = entry.get(key)
+            if not name:
+                continue
+            cur = seen.setdefault(name, {"file": name, "url": None, "sha256": None})
+            if key == "file":
+                cur["url"] = cur["url"] or entry.get("url")
+                cur["sha256"] = cur["sha256"] or entry.get("sha256")
+    return list(seen.values())
+
+
+def missing_files(cfg: DatasetConfig) -> list[Path]:
+    """Files of ``cfg`` that are not on disk (empty for generated datasets)."""
+    paths = [resolve_path(cfg, f["file"]) for f in unique_files(cfg)]
+    return [p for p in paths if not p.exists()]
+
+
+def sha256_of(path: Path, chunk: int = 1 << 20) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+_DIGESTS: dict[tuple[str, int, int], str] = {}
+
+
+def cached_sha256(path: Path) -> str:
+    """:func:`sha256_of`, cached per process by (path, size, mtime)."""
+    st = path.stat()
+    stamp = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    if stamp not in _DIGESTS:
+        _DIGESTS[stamp] = sha256_of(path)
+    return _DIGESTS[stamp]
+
+
+def file_digests(cfg: DatasetConfig) -> dict[str, str]:
+    """SHA-256 of every file ``cfg`` reads (``{name: digest}``; empty for generated data).
+
+    Record keys carry these, so a changed file invalidates exactly its records.
+    """
+    out = {}
+    for f in unique_files(cfg):
+        path = resolve_path(cfg, f["file"])
+        try:
+            out[f["file"]] = cached_sha256(path)
+        except OSError as exc:
+            raise DataFormatError(str(path), f"cannot read it ({exc.strerror})") from None
+    return out
