@@ -30,6 +30,8 @@ def refused(*args: str) -> str:
         ("eval_every=3", "use experiment.eval_every=3"),
         ("method=lr_multi", "option of topkbench train, not of sweep"),
         ("C=2", "option of topkbench train, not of sweep"),
+        ("empty_label=one", "use experiment.empty_label=one"),
+        ("solver=gd", "an experiment row chooses its solver"),
     ],
 )
 def test_sweep_refuses_train_options_with_the_right_spelling(tmp_path, override, expected):

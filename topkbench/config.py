@@ -58,8 +58,10 @@ def check_override_keys(command: str, overrides: list[str] | None) -> None:
         key = item.split("=", 1)[0].lstrip("+~")
         value = item.split("=", 1)[1] if "=" in item else ""
         if command != "train" and key in TRAIN_KEYS:
-            if key in SOLVER_KEYS:
+            if key in (*SOLVER_KEYS, "empty_label"):
                 hint = f"use experiment.{key}={value} (the experiment's own setting)"
+            elif key == "solver":
+                hint = "an experiment row chooses its solver (solver: gd | lbfgs on the row)"
             else:
                 hint = "the experiment's rows and C grid set it; topkbench train fits one model"
             raise ConfigError(

@@ -27,6 +27,7 @@ def _methods_help() -> str:
 
 OVERRIDES_HELP = (
     "Hydra overrides key=value: method, C, k, gamma, eps, max_epochs, time_limit, seed, "
+    "solver (topk_ent_tr: lbfgs | gd), empty_label (multilabel 0/0: zero | one), "
     "dataset=circle, dataset.n_train=..."
 )
 

@@ -195,7 +195,7 @@ def solve_ent_tr_gd(
         decrease = GD_SUFF_DECREASE * norm
         while True:
             w_new = w - step * g
-            f_new, _ = fun(w_new)
+            f_new, g_new = fun(w_new)  # the gradient is kept for an accepted step
             if f_new <= f - step * decrease:
                 break
             step *= 0.5
@@ -204,8 +204,7 @@ def solve_ent_tr_gd(
                 break
         if status == "line_search":
             break
-        w = w_new
-        f, g = fun(w)
+        w, f, g = w_new, f_new, g_new
         norm = float(np.linalg.norm(g))
         steps.append(step)
         trace.append(TracePoint(it, lam * f, np.nan, np.nan, time.perf_counter() - start))
