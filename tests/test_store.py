@@ -48,6 +48,14 @@ def ill_files(tmp_path_factory):
     }
 
 
+def copy_files(files: dict[str, Path], where: Path) -> dict[str, Path]:
+    """Private copies of the data files, for a test that edits or deletes them."""
+    out = {s: where / p.name for s, p in files.items()}
+    for s, p in files.items():
+        out[s].write_bytes(p.read_bytes())
+    return out
+
+
 def ill_experiment(results: Path, files, **changes) -> ExperimentConfig:
     base = ExperimentConfig.from_dict(compose(["experiment=table3", f"results_dir={results}"]))
     ds = DatasetConfig.from_dict(
@@ -90,9 +98,7 @@ def test_uncertified_selection_is_marked(tmp_path, ill_files):
 
 
 def test_changed_data_file_or_setting_recomputes_what_depends_on_it(tmp_path, ill_files):
-    files = {s: tmp_path / p.name for s, p in ill_files.items()}
-    for s, p in ill_files.items():
-        files[s].write_bytes(p.read_bytes())
+    files = copy_files(ill_files, tmp_path)
     exp = ill_experiment(tmp_path / "res", files, certify_max_epochs=1)
     run_sweep(exp)
     n = len(RecordStore(exp.results_dir, exp.name).load())
@@ -258,9 +264,7 @@ def test_records_of_a_changed_row_definition_are_left_out(tmp_path, ill_files):
 
 
 def test_report_without_the_data_files_uses_the_records_digests(tmp_path, ill_files):
-    files = {s: tmp_path / p.name for s, p in ill_files.items()}
-    for s, p in ill_files.items():
-        files[s].write_bytes(p.read_bytes())
+    files = copy_files(ill_files, tmp_path)
     exp = ill_experiment(tmp_path / "res", files, certify_max_epochs=1)
     run_sweep(exp)
     before = build_report(exp).markdown

@@ -8,6 +8,7 @@ import pandas as pd
 
 from topkbench.errors import ConfigError
 from topkbench.experiments.protocols.multilabel import select_multilabel
+from topkbench.experiments.render import TableReport, _tex
 from topkbench.experiments.selection_multilabel import as_theta, matching
 
 
@@ -67,7 +68,6 @@ def class_ap_table(exp, records, selected, published, classes) -> pd.DataFrame:
 
 def build_class_ap_report(exp, records: pd.DataFrame, published: pd.DataFrame):
     from topkbench.data.cache import load_dataset_cached
-    from topkbench.experiments.render import TableReport, _tex
 
     selected = select_multilabel(records, exp)
     first = exp.datasets[0]

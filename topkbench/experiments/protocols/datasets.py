@@ -11,6 +11,7 @@ from topkbench.experiments.render import (
     TableReport,
     _fmt,
     _tex,
+    cell_stats,
     ent_tr_note,
     exp_row_names,
     markdown_blocks,
@@ -35,8 +36,6 @@ def _datasets_table(exp, selected, published) -> pd.DataFrame:
         for row in _dataset_rows(exp, published, ds.name):
             for k in exp.ks:
                 sel = sel_ds[(sel_ds["row"] == row) & (sel_ds["k"] == k)] if len(sel_ds) else []
-                t = sel["test"].to_numpy() if len(sel) else np.array([])
-                t = t[np.isfinite(t)]
                 paper = np.nan
                 if has_ds:
                     hit = published[
@@ -45,19 +44,14 @@ def _datasets_table(exp, selected, published) -> pd.DataFrame:
                         & (published["k"] == k)
                     ]
                     paper = float(hit["value"].iloc[0]) if len(hit) else np.nan
-                mean = t.mean() if len(t) else np.nan
+                tests = sel["test"].to_numpy() if len(sel) else []
                 out.append(
                     {
                         "dataset": ds.name,
                         "row": row,
                         "k": k,
-                        "ours_mean": mean,
-                        "ours_std": t.std(ddof=1) if len(t) > 1 else (0.0 if len(t) else np.nan),
-                        "draws": len(t),
-                        "uncertified": int((sel["status"] != "converged").sum()) if len(sel) else 0,
+                        **cell_stats(tests, sel, paper),
                         "C_selected": ";".join(f"{c:g}" for c in sel["C"]) if len(sel) else "",
-                        "paper": paper,
-                        "diff": mean - paper,
                     }
                 )
     return pd.DataFrame(out)
