@@ -39,6 +39,7 @@ def test_cli_writes_rows_summary_and_plot(tmp_path, monkeypatch):
     # at C = 2^6 the problem is ill-conditioned: the accelerated run hands over and wins
     # (plain SDCA needs more epochs, or runs out of its 5 s)
     assert big.loc["accelerated", "accelerated_from_epoch"] >= 0
+    assert big.loc["accelerated", "phase"] == "newton"
     plain = big.loc["plain"]
     assert plain["status"] != "converged" or big.loc["accelerated", "epochs"] < plain["epochs"]
     assert (tmp_path / "cond_summary.csv").exists() and (tmp_path / "cond.png").stat().st_size

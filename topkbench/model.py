@@ -163,10 +163,12 @@ def fit(
         non-increasing non-negative sequence; Kato §7.3) and the Frank-Wolfe variant
         (``standard``, ``away``, ``pairwise``); ``max_epochs`` bounds its iterations.
     accelerate : SDCA only: ``"auto"`` (default) hands an ill-conditioned problem on which
-        plain SDCA progresses slowly to accelerated SDCA (Catalyst's proximal outer loop;
-        smoothing continuation for the nonsmooth hinges), which certifies the same problem
-        (:mod:`topkbench.solvers.accelerated`); ``"never"`` is plain SDCA; ``"always"``
-        accelerates from the first epoch whenever the condition number exceeds 1.
+        plain SDCA progresses slowly to Newton's method in the primal (logistic losses,
+        features with ``d m <= 1024``; :mod:`topkbench.solvers.newton`) or else to
+        accelerated SDCA (Catalyst's proximal outer loop; smoothing continuation for the
+        nonsmooth hinges; :mod:`topkbench.solvers.accelerated`), both certifying the same
+        problem; ``"never"`` is plain SDCA; ``"catalyst"`` and ``"newton"`` force that phase
+        from the first certificate whenever the condition number exceeds 1.
     solver : ``topk_ent_tr`` only: ``"lbfgs"`` (default) or ``"gd"``, the authors' batch
         gradient descent with its own stopping rule (:func:`~topkbench.solvers.ent_tr.
         solve_ent_tr_gd`), which is what the paper's Ent_tr numbers come from.

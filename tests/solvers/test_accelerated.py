@@ -28,6 +28,7 @@ from topkbench.errors import ConvergenceWarning
 from topkbench.gram import rbf_kernel
 from topkbench.losses.registry import get_method
 from topkbench.solvers.accelerated import condition_number, loss_smoothness
+from topkbench.solvers.newton import NEWTON_LOSSES
 from topkbench.solvers.problem import SDCAProblem
 from topkbench.solvers.sdca import solve_sdca
 
@@ -41,17 +42,20 @@ def ill_conditioned(X, scales=SCALES):
     return X * scales
 
 
-def fit_accelerated(X, y, method, **kw):
-    """Accelerated from the first epoch, to a gap of 1e-9 (3e-7 for the nonsmooth hinges,
-    whose continuation needs gamma ~ eps: still below the 1e-6 agreement asked of the
-    optimum)."""
+PHASE_KEY = {"catalyst": "accelerated_from_epoch", "newton": "newton_from_epoch"}
+
+
+def fit_accelerated(X, y, method, phase="catalyst", **kw):
+    """Accelerated (``phase``: Catalyst or Newton) from the first certificate, to a gap of
+    1e-9 (3e-7 for the nonsmooth hinges, whose continuation needs gamma ~ eps: still below
+    the 1e-6 agreement asked of the optimum)."""
     spec = get_method(method)
     eps = 3e-7 if loss_smoothness(spec.loss_id, kw.get("gamma", 0.0)) == 0.0 else 1e-9
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
-        model = topkbench.fit(X, y, method, eps=eps, max_epochs=400_000, accelerate="always", **kw)
+        model = topkbench.fit(X, y, method, eps=eps, max_epochs=400_000, accelerate=phase, **kw)
     assert model.status == "converged"
-    assert "accelerated_from_epoch" in model.info  # the accelerated phase ran
+    assert PHASE_KEY[phase] in model.info  # that phase ran
     assert -1e-14 <= model.relative_gap <= eps
     return model
 
@@ -80,11 +84,20 @@ MULTICLASS = [
 ]
 
 
-@pytest.mark.parametrize("method,k,gamma,C,sparse", MULTICLASS)
-def test_multiclass_reaches_cvxpy_optimum(problem_factory, method, k, gamma, C, sparse):
+NEWTON_CASES = [
+    pytest.param(*case, "newton", id=f"{case[0]}-{case[2]}-newton")
+    for case in MULTICLASS
+    if get_method(case[0]).loss_id in NEWTON_LOSSES
+]
+
+
+@pytest.mark.parametrize(
+    "method,k,gamma,C,sparse,phase", [(*case, "catalyst") for case in MULTICLASS] + NEWTON_CASES
+)
+def test_multiclass_reaches_cvxpy_optimum(problem_factory, method, k, gamma, C, sparse, phase):
     X, y = problem_factory(n=16, d=3, m=4, seed=31, zero_rows=(0,), sparse=sparse)
     X = ill_conditioned(X, SCALES if C == 1.0 else np.array([0.1, 1.0, 10.0]))
-    model = fit_accelerated(X, y, method, C=C, k=k, gamma=gamma)
+    model = fit_accelerated(X, y, method, phase, C=C, k=k, gamma=gamma)
     if method.startswith("topk"):
         p_ref, _ = topk_cvxpy_primal(X, y, 4, method, gamma, k, C)
         p_at_w = topk_primal_value(X, y, model.W, method, gamma, k, C)
@@ -97,12 +110,14 @@ def test_multiclass_reaches_cvxpy_optimum(problem_factory, method, k, gamma, C, 
     check_brackets(model, p_ref, p_at_w)
 
 
-@pytest.mark.parametrize("method,gamma,sparse", [("svm_ml", 0.0, False), ("svm_ml", 1.0, True),
-                                                 ("lr_ml", 0.0, False)])  # fmt: skip
-def test_multilabel_reaches_cvxpy_optimum(method, gamma, sparse):
+@pytest.mark.parametrize("method,gamma,sparse,phase", [
+    ("svm_ml", 0.0, False, "catalyst"), ("svm_ml", 1.0, True, "catalyst"),
+    ("lr_ml", 0.0, False, "catalyst"), ("lr_ml", 0.0, True, "newton"),
+])  # fmt: skip
+def test_multilabel_reaches_cvxpy_optimum(method, gamma, sparse, phase):
     X, Y = make_ml_problem(n=16, m=4, seed=32, sparse=sparse)
     X = ill_conditioned(X)
-    model = fit_accelerated(X, Y, method, C=1.0, gamma=gamma)
+    model = fit_accelerated(X, Y, method, phase, C=1.0, gamma=gamma)
     p_ref, _ = ml_cvxpy_primal(X, Y, method, gamma, 1.0)
     check_brackets(model, p_ref, ml_primal_value(X, Y, model.W, method, gamma, 1.0))
     assert ml_dual_value(X, Y, model.A, method, gamma, 1.0) == pytest.approx(model.dual, rel=1e-10)
@@ -142,16 +157,20 @@ def test_auto_keeps_well_conditioned_runs_plain(problem_factory):
     np.testing.assert_array_equal(auto.A, plain.A)
 
 
-def test_auto_accelerates_ill_conditioned_runs(problem_factory):
-    """On an ill-conditioned problem "auto" hands over and needs far fewer epochs."""
+@pytest.mark.parametrize("method,phase", [("lr_multi", "newton"), ("topk_ent", "catalyst")])
+def test_auto_accelerates_ill_conditioned_runs(problem_factory, method, phase):
+    """On an ill-conditioned problem "auto" hands over (to Newton where it applies, at the
+    first certificate) and needs far fewer epochs."""
     X, y = problem_factory(n=40, d=3, m=4, seed=36)
     X = ill_conditioned(X) * 3.0
-    kw = dict(C=10.0, eps=1e-6, max_epochs=200_000, warn=False)
-    auto = topkbench.fit(X, y, "lr_multi", **kw)
-    assert auto.converged and "accelerated_from_epoch" in auto.info
+    kw = dict(C=10.0, eps=1e-6, max_epochs=200_000, warn=False, k=2 if method == "topk_ent" else 1)
+    auto = topkbench.fit(X, y, method, **kw)
+    assert auto.converged and PHASE_KEY[phase] in auto.info
+    if phase == "newton":
+        assert auto.info["newton_from_epoch"] == 0
     # plain SDCA given 3x the epochs is still far from eps
     kw["max_epochs"] = 3 * auto.epochs
-    plain = topkbench.fit(X, y, "lr_multi", accelerate="never", **kw)
+    plain = topkbench.fit(X, y, method, accelerate="never", **kw)
     assert plain.relative_gap > 100 * kw["eps"]
 
 
@@ -172,6 +191,6 @@ def test_budget_stop_is_reported_and_warned(problem_factory):
     X = ill_conditioned(X)
     with pytest.warns(ConvergenceWarning, match="max_epochs"):
         res = solve_sdca(X, y, n_classes=4, loss_id=get_method("svm_multi").loss_id, C=100.0,
-                         eps=1e-12, max_epochs=60, accelerate="always")  # fmt: skip
+                         eps=1e-12, max_epochs=60, accelerate="catalyst")  # fmt: skip
     assert res.status == "max_epochs" and res.epochs == 60
     assert res.trace[-1].epoch == 60 and res.relative_gap > 1e-12

@@ -1,5 +1,7 @@
 """``topkbench bench conditioning``: time to a certified gap on ill-conditioned features,
-plain against accelerated SDCA (DESIGN §5, :mod:`topkbench.solvers.accelerated`).
+plain SDCA against ``accelerate="auto"`` (DESIGN §5): Newton's method in the primal where it
+applies (:mod:`topkbench.solvers.newton`), accelerated SDCA elsewhere
+(:mod:`topkbench.solvers.accelerated`).
 
 The problems (:func:`topkbench.data.synthetic.make_ill_conditioned`) have column scales from
 1e-2 to 1e2 and ``||x||^2`` up to ~1e5, as raw real features do: plain SDCA then needs about
@@ -51,6 +53,7 @@ class ConditioningRow:
     seconds: float
     relative_gap: float
     accelerated_from_epoch: int  # -1 if the run stayed plain
+    phase: str  # what solved it after plain SDCA: plain | catalyst | newton
 
 
 def _compile(X, y, methods) -> None:
@@ -61,7 +64,7 @@ def _compile(X, y, methods) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         for method, gamma, k in methods:
-            for mode in ("never", "always"):
+            for mode in ("never", "catalyst", "newton"):
                 fit(X[:30], y[:30], method, C=1.0, gamma=gamma, k=k, max_epochs=3,
                     accelerate=mode, warn=False, n_classes=m)  # fmt: skip
 
@@ -108,9 +111,17 @@ def bench_conditioning(
                     rows.append(ConditioningRow(
                         name, n, d, m, r2, method, gamma, k, C, mode, model.status,
                         model.epochs, seconds, model.relative_gap,
-                        int(model.info.get("accelerated_from_epoch", -1)),
+                        int(model.info.get("accelerated_from_epoch",
+                                           model.info.get("newton_from_epoch", -1))),
+                        _phase(model.info),
                     ))  # fmt: skip
     return rows
+
+
+def _phase(info: dict) -> str:
+    if "newton_from_epoch" in info:
+        return "newton"
+    return "catalyst" if "accelerated_from_epoch" in info else "plain"
 
 
 def speedup_summary(rows: list[ConditioningRow], hard_epochs: int = 1000) -> list[dict]:

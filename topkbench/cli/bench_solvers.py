@@ -132,7 +132,9 @@ def bench_sdca_cmd(
     "conditioning",
     help="Ill-conditioned features (column scales 1e-2..1e2, ||x||^2 up to ~1e5; small and "
     "large n, multiclass and multilabel): for each SDCA loss and C, seconds and epochs to "
-    "relative gap --eps from a cold start, plain SDCA against accelerated (accelerate=auto). "
+    "relative gap --eps from a cold start, plain SDCA against accelerate=auto (Newton in the "
+    "primal for the logistic losses, SVM^OVA and SVM^Multi at small d*m; accelerated SDCA "
+    "otherwise). "
     "Writes a CSV, a per-method speed-up summary CSV and a PNG of time against C.",
 )
 @handle_errors
@@ -197,6 +199,7 @@ def bench_conditioning_cmd(
     for (prob, mth, g, k, C), pair in pairs.items():
         cells = [
             f"{x.epochs} / {x.seconds:.2f}{'' if x.status == 'converged' else '*'}"
+            + ("" if x.mode == "plain" or x.phase == "plain" else f" ({x.phase})")
             for x in (pair["plain"], pair["accelerated"])
         ]
         t.add_row(prob, method_label(mth, g, k), f"2^{round(math.log2(C))}", *cells)

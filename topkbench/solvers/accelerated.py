@@ -47,7 +47,8 @@ The stages solve gamma_0 = 1 (the papers' smooth rows), then smaller gamma, each
 with ``mu = gamma``, warm-started from the previous stage, and every certificate is the
 gamma = 0 one.  A stage ends when its own relative gap is below a quarter of the smoothing's
 share of the gamma = 0 gap (more accuracy at this gamma would not lower it); the next gamma
-aims that share at eps/2 (share is proportional to gamma), within [gamma/100, gamma/3].
+aims that share at eps/2 (share is proportional to gamma), within [gamma/10, gamma/3]
+(:func:`next_stage_gamma`).
 """
 
 from __future__ import annotations
@@ -84,6 +85,20 @@ def loss_smoothness(loss_id: int, gamma: float) -> float:
     if loss_id == ids.LOSS_LR_OVA:
         return 4.0
     return float(gamma)
+
+
+def next_stage_gamma(stage_gamma: float, gap: float, stage_gap: float, eps: float):
+    """The next smoothing of a continuation, or None to stay at ``stage_gamma``.
+
+    ``gap`` is the relative gap of the gamma = 0 problem and ``stage_gap`` that of the stage's
+    smoothed problem at the same pair; their difference is the smoothing's share.  The stage
+    ends when its own gap is below a quarter of that share (or of eps); the next gamma aims the
+    share, which is proportional to gamma, at eps/2, within [gamma/10, gamma/3].
+    """
+    share = gap - stage_gap
+    if stage_gap > max(eps, share) / 4.0:
+        return None
+    return stage_gamma * min(max(0.5 * eps / max(share, 1e-300), 0.1), 1 / 3)
 
 
 def condition_number(prob: SDCAProblem, C: float, gamma: float) -> float:
@@ -172,11 +187,10 @@ def solve_accelerated(prob: SDCAProblem, run: Run, A, C: float, gamma: float):
                 W0 = W0_next
             p_last = p_in
             if mu == 0.0:
-                ps, ds = prob.values(S_a, A, sq_a, C, stage_gamma)
-                stage_gap = relative_gap(ps, ds)
-                share = gap - stage_gap
-                if stage_gap <= max(run.eps, share) / 4.0:
-                    stage_gamma *= min(max(0.5 * run.eps / max(share, 1e-300), 0.1), 1 / 3)
+                stage_gap = relative_gap(*prob.values(S_a, A, sq_a, C, stage_gamma))
+                smaller = next_stage_gamma(stage_gamma, gap, stage_gap, run.eps)
+                if smaller is not None:
+                    stage_gamma = smaller
                     if prob.r2 / (n * stage_gamma) > (MAX_RATIO - 1) * lam:
                         return "running", A, public, primal, dual, gap, info
                     start_point = W_in

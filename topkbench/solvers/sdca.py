@@ -25,6 +25,7 @@ import numpy as np
 
 from topkbench.errors import ConvergenceWarning, SolverError
 from topkbench.solvers.accelerated import condition_number, solve_accelerated
+from topkbench.solvers.newton import newton_applicable, solve_newton
 from topkbench.solvers.problem import (
     Run,
     SDCAProblem,
@@ -64,7 +65,7 @@ ACCEL_MIN_CONDITION = 1000.0
 ACCEL_PREDICTED_FACTOR = 3.0
 
 
-ACCELERATE_MODES = ("auto", "always", "never")
+ACCELERATE_MODES = ("auto", "catalyst", "newton", "never")
 
 
 def _hand_over(run: Run, prob: SDCAProblem, accelerate: str, C: float, gamma: float) -> bool:
@@ -74,9 +75,14 @@ def _hand_over(run: Run, prob: SDCAProblem, accelerate: str, C: float, gamma: fl
     if accelerate == "never" or run.n == 0:
         return False
     cond = condition_number(prob, C, gamma)
-    if accelerate == "always":
+    if accelerate in ("catalyst", "newton"):
         return cond > 1.0
-    if cond < ACCEL_MIN_CONDITION or run.epochs < ACCEL_MIN_EPOCHS:
+    if cond < ACCEL_MIN_CONDITION:
+        return False
+    if newton_applicable(prob):
+        # Newton's iterations hardly depend on the conditioning: no need to watch plain SDCA
+        return True
+    if run.epochs < ACCEL_MIN_EPOCHS:
         return False
     prev, last = run.trace[-2], run.trace[-1]
     if not (last.relative_gap < prev.relative_gap) or last.epoch <= prev.epoch:
@@ -130,13 +136,18 @@ def solve_sdca(
     gap, so shrinking never certifies a point that is not eps-optimal (cf. liblinear's
     shrinking, which it re-checks at the end).
 
-    Acceleration (``accelerate``): ``"never"`` runs plain SDCA; ``"always"`` hands the run
-    to :func:`topkbench.solvers.accelerated.solve_accelerated` after the first certificate
-    whenever the problem's condition number exceeds 1; ``"auto"`` does so only for an
-    ill-conditioned problem (:data:`ACCEL_MIN_CONDITION`) on which plain SDCA, after
+    Acceleration (``accelerate``): ``"never"`` runs plain SDCA.  ``"auto"`` hands an
+    ill-conditioned problem (:data:`ACCEL_MIN_CONDITION`) to Newton's method in the primal
+    after the first certificate where Newton applies
+    (:func:`topkbench.solvers.newton.newton_applicable`: the logistic losses on features with
+    small ``d m``), and otherwise to accelerated SDCA
+    (:func:`topkbench.solvers.accelerated.solve_accelerated`) once plain SDCA, after
     :data:`ACCEL_MIN_EPOCHS` epochs, is predicted by its last two certificates to need more
-    epochs again than it has run.  A well-conditioned problem thus runs exactly as plain SDCA.
-    The accelerated phase certifies the same problem with the same gap.
+    epochs again than it has run.  A well-conditioned problem
+    thus runs exactly as plain SDCA.  ``"catalyst"`` and ``"newton"`` force that phase after
+    the first certificate whenever the condition number exceeds 1 (``"newton"`` only where it
+    applies, accelerated SDCA elsewhere).  Every phase certifies the same problem with the
+    same gap, and a phase that stalls hands the run back to plain SDCA with its dual.
     """
     prob = SDCAProblem(X, y, gram=gram, n_classes=n_classes, loss_id=loss_id, k=k)
     n, m = prob.n, prob.m
@@ -169,7 +180,11 @@ def solve_sdca(
             status = budget
             break
         if accelerate != "never" and _hand_over(run, prob, accelerate, C, gamma):
-            status, A, W, primal, dual, gap, info = solve_accelerated(prob, run, A, C, gamma)
+            if accelerate != "catalyst" and newton_applicable(prob):
+                phase = solve_newton
+            else:
+                phase = solve_accelerated
+            status, A, W, primal, dual, gap, info = phase(prob, run, A, C, gamma)
             accelerate = "never"
             if status != "running":
                 break

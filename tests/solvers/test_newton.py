@@ -1,0 +1,136 @@
+"""Newton's method in the primal (topkbench.solvers.newton): its derivatives, its certificate
+and its hand-overs.  Agreement with cvxpy's optima is in test_accelerated.py."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from solvers.test_accelerated import ill_conditioned
+
+import topkbench
+from topkbench.errors import ConvergenceWarning
+from topkbench.losses.registry import get_method
+from topkbench.solvers.newton import _Derivatives, _hessian, newton_applicable
+from topkbench.solvers.problem import SDCAProblem
+
+# (method, gamma): every loss Newton covers; at the test point the simplex sum of svm_multi
+# binds in some examples at gamma = 5 and in all at gamma = 0.05
+CASES = [("lr_multi", 0.0), ("lr_ova", 0.0), ("svm_ova", 0.5), ("svm_multi", 5.0),
+         ("svm_multi", 0.05)]  # fmt: skip
+
+
+def _problem(problem_factory, method, sparse=False, seed=41):
+    X, y = problem_factory(n=30, d=3, m=5, seed=seed, sparse=sparse)
+    X = ill_conditioned(X)
+    loss = get_method(method).loss_id
+    return SDCAProblem(X, y, gram=False, n_classes=5, loss_id=loss, k=1)
+
+
+def _grad_F(prob, deriv, W, C, gamma):
+    """grad F = W + C X^T G (P / lambda scale)."""
+    G = deriv.gradient(prob.scores(W), gamma)
+    return W + C * np.asarray(prob.X.T @ G)
+
+
+@pytest.mark.parametrize("method,gamma", CASES)
+def test_hessian_is_the_gradients_derivative(problem_factory, method, gamma):
+    """H v equals the central difference of grad F along v (the hinges' gradients are
+    piecewise linear: a small step stays on one piece at a generic point)."""
+    prob = _problem(problem_factory, method)
+    rng = np.random.default_rng(1)
+    C = 0.7
+    W = rng.standard_normal((3, 5)) * np.array([[100.0], [3.0], [0.1]])
+    deriv = _Derivatives(prob)
+    deriv.gradient(prob.scores(W), gamma)
+    H = _hessian(prob.X, deriv, C, 5)
+    np.testing.assert_allclose(H, H.T, rtol=0, atol=1e-9 * np.abs(H).max())
+    assert np.linalg.eigvalsh(H).min() >= 1.0 - 1e-8  # I + PSD
+    for _ in range(3):
+        V = rng.standard_normal((3, 5)) * 1e-7
+        fd = (_grad_F(prob, deriv, W + V, C, gamma) - _grad_F(prob, deriv, W - V, C, gamma)) / 2
+        hv = (H @ V.T.reshape(-1)).reshape(5, 3).T
+        np.testing.assert_allclose(hv, fd, rtol=1e-5, atol=1e-6 * np.abs(hv).max())
+
+
+def test_hinge_cases_cover_both_simplex_regimes(problem_factory):
+    """The svm_multi cases above exercise both Jacobians: sum constraint free and binding."""
+    prob = _problem(problem_factory, "svm_multi")
+    rng = np.random.default_rng(1)
+    W = rng.standard_normal((3, 5)) * np.array([[100.0], [3.0], [0.1]])
+    deriv = _Derivatives(prob)
+    deriv.gradient(prob.scores(W), 5.0)
+    support, binds, _ = deriv.state
+    assert binds.any() and (~binds & support.any(axis=1)).any()
+
+
+@pytest.mark.parametrize("method,gamma", CASES[:4])
+def test_gap_is_half_the_squared_gradient(problem_factory, method, gamma):
+    """The certificate of (W, -C G(W)) is lambda/2 ||grad F(W)||^2, computed independently
+    from the kernels' loss and conjugate values."""
+    X, y = problem_factory(n=30, d=3, m=5, seed=42)
+    X = ill_conditioned(X)
+    C = 3.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        model = topkbench.fit(X, y, method, C=C, gamma=gamma, eps=1e-12, max_epochs=2,
+                              accelerate="newton", warn=False)  # fmt: skip
+    assert model.info["newton_iterations"] == 2
+    lam = 1.0 / (C * 30)
+    grad = model.W - X.T @ model.A
+    assert model.primal - model.dual == pytest.approx(0.5 * lam * np.vdot(grad, grad), rel=1e-6)
+
+
+@pytest.mark.parametrize("method,gamma", [("lr_multi", 0.0), ("svm_multi", 0.5)])
+@pytest.mark.parametrize("dtype_case", ["float32", "csr"])
+def test_float32_and_csr_features(problem_factory, dtype_case, method, gamma):
+    X, y = problem_factory(n=30, d=3, m=5, seed=43)
+    X = ill_conditioned(X)
+    if dtype_case == "float32":
+        X = X.astype(np.float32).astype(np.float64)  # the same values in both runs
+        feats = X.astype(np.float32)
+    else:
+        feats = sp.csr_matrix(X)
+    kw = dict(C=30.0, gamma=gamma, eps=1e-9, accelerate="newton")
+    ref = topkbench.fit(X, y, method, **kw)
+    model = topkbench.fit(feats, y, method, **kw)
+    assert model.converged and "newton_from_epoch" in model.info
+    assert model.primal == pytest.approx(ref.primal, rel=1e-8)
+
+
+def test_budget_stop_warns(problem_factory):
+    X, y = problem_factory(n=30, d=3, m=5, seed=44)
+    X = ill_conditioned(X)
+    with pytest.warns(ConvergenceWarning, match="max_epochs"):
+        model = topkbench.fit(X, y, "svm_multi", C=100.0, eps=1e-12, max_epochs=3,
+                              accelerate="newton")  # fmt: skip
+    assert model.status == "max_epochs" and model.epochs == 3
+    assert model.trace[-1].relative_gap > 1e-12
+
+
+def test_nonsmooth_hinge_continues_to_gamma_zero(problem_factory):
+    """gamma = 0 runs the smoothing continuation; every certificate is the gamma = 0 one."""
+    X, y = problem_factory(n=30, d=3, m=5, seed=45)
+    X = ill_conditioned(X)
+    model = topkbench.fit(X, y, "svm_multi", C=100.0, eps=1e-6, accelerate="newton")
+    assert model.converged and len(model.info["gamma_stages"]) > 1
+    stages = model.info["gamma_stages"]
+    assert stages[0] == 1.0 and all(b < a for a, b in zip(stages, stages[1:]))
+    plain = topkbench.fit(X, y, "svm_multi", C=100.0, eps=1e-6, max_epochs=10**6,
+                          accelerate="never")  # fmt: skip
+    assert model.primal == pytest.approx(plain.primal, rel=2e-6)
+
+
+def test_not_applicable_falls_back_to_catalyst(problem_factory):
+    X, y = problem_factory(n=30, d=3, m=5, seed=46)
+    X = ill_conditioned(X)
+    prob = _problem(problem_factory, "topk_ent")
+    assert not newton_applicable(prob)
+    kw = dict(C=10.0, eps=1e-6, max_epochs=50, warn=False, accelerate="newton")
+    model = topkbench.fit(X, y, "topk_ent", k=2, **kw)
+    assert "accelerated_from_epoch" in model.info and "newton_from_epoch" not in model.info
+    K = X @ X.T
+    kernel = topkbench.fit(None, y, "lr_multi", K=K, **kw)
+    assert "accelerated_from_epoch" in kernel.info

@@ -1,0 +1,292 @@
+"""Newton's method in the primal when ``d m`` is small, certified by the dual its gradient
+defines (DESIGN §5).
+
+**Why.** Any coordinate or first-order method needs about ``sqrt(C R^2 / mu)`` epochs per
+factor e of the gap (accelerated SDCA, :mod:`topkbench.solvers.accelerated`), which is
+thousands at the top of the papers' C grids on raw features.  Newton's method is affine
+invariant: rescaling the feature columns does not change its iterates, and its iteration count
+hardly depends on C.  Its price is the Hessian, ``d m x d m``, formed in about ``n m^2 d^2``
+flops, which for ``d m`` up to :data:`NEWTON_MAX_DIM` (Letter: 16 x 26, emotions: 72 x 6)
+costs some tens of epochs' worth of BLAS time, and a Cholesky factorization.
+
+**The problem in the kernels' scale** (``P / lambda``, ``C = 1/(lambda n)``)::
+
+    F(W) = 1/2 ||W||^2 + C sum_i L(y_i, W^T x_i)
+    grad F = W + C X^T G,                 G_i = grad L(y_i, s_i),   s_i = W^T x_i
+    hess F = I + C sum_i H_i (x) x_i x_i^T,   H_i = hess L(y_i, s_i)  (m x m)
+
+The losses, their gradients and (generalized) Hessians in the scores:
+
+* LR^Multi ``L = logsumexp(s) - s_y``: ``G = p - e_y``, ``H = diag(p) - p p^T``,
+  ``p = softmax(s)``.
+* LR^ML (all-class form, :mod:`topkbench.kernels.multilabel`) ``L = logsumexp(s) - mean_Y s``:
+  ``G = p - 1_Y / |Y|``, the same H.  Examples with Y empty or complete carry no loss (the
+  kernels give them loss 0 and block 0) and are skipped here too.
+* LR^OVA ``L = sum_c log(1 + exp(-t_c s_c))`` (``t_c = +1`` for the label, -1 otherwise):
+  ``G_c = -t_c sigmoid(-t_c s_c)``, ``H = diag(sigmoid(s) (1 - sigmoid(s)))``.
+* SVM^OVA_gamma (gamma > 0), the Huber hinge of ``z_c = 1 - t_c s_c``: ``G_c = -t_c beta_c``,
+  ``beta = clip(z / gamma, 0, 1)``, ``H = diag([0 < z_c < gamma] / gamma)``.
+* SVM^Multi_gamma (gamma > 0, TPAMI Prop. 2 with k = 1): ``L = max_{v in Delta} <z, v> -
+  gamma/2 ||v||^2`` over ``Delta = {v >= 0, sum v <= 1}`` on the off-label coordinates,
+  ``z = 1 + s^{\\y} - s_y``; ``v = proj_Delta(z / gamma) = (z / gamma - t)_+`` and with
+  ``M`` the map ``s -> s^{\\y} - s_y``: ``G = M^T v`` (``G_j = v_j``, ``G_y = -sum v``) and
+  ``H = M^T J M / gamma``, J the projection's Jacobian on the support S of v: ``I_S`` when
+  ``t = 0``, ``I_S - 1_S 1_S^T / |S|`` when the sum constraint binds (t > 0).  H is
+  piecewise constant, so this is a semismooth Newton method.
+
+**Nonsmooth hinges (gamma = 0): smoothing continuation**, as in the accelerated solver: the
+stages solve the gamma-smoothed problem for gamma = 1, then smaller gamma
+(:func:`~topkbench.solvers.accelerated.next_stage_gamma`), each warm-started from the last.
+TPAMI Prop. 2 and Prop. 10 keep the conjugate domain, so the stage's gradient dual is feasible
+for gamma = 0, and every certificate is the gamma = 0 one.
+
+**The certificate.** ``A = -C G`` is dual feasible (a gradient of a convex loss lies in the
+domain of its conjugate) and is the dual the kernels pair with the scores ``s_i``: each
+Fenchel-Young term ``C (L(s_i) + L*(-a_i / C)) + <a_i, s_i>`` is zero.  Summing them, with
+``W_A = X^T A = W - grad F(W)``::
+
+    (P(W) - D(A)) / lambda = 1/2 ||W||^2 + C sum L - C sum (-L*) + 1/2 ||W_A||^2
+                           = 1/2 ||W||^2 - <W_A, W> + 1/2 ||W_A||^2 = 1/2 ||grad F(W)||^2,
+
+so the duality gap of the pair (W, A) is exactly ``lambda/2 ||grad F(W)||^2``: Newton's
+quadratic convergence of the gradient carries over to the certificate.  The reported gap is
+nonetheless computed by the kernels from their loss and conjugate values, like every other
+certificate (the identity is checked in the tests).  For a continuation stage the identity
+holds for the stage's loss; the gamma = 0 gap adds the smoothing's share.
+
+**Globalization.** Backtracking (Armijo) line search on F along the Newton direction, with the
+kernels' loss values; the scores along it are ``S + t X Delta``, so a trial step costs no
+product with X.  When the line search fails (F no longer decreases: the rounding floor), the
+solver hands the run back with its dual, which plain SDCA continues from.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import scipy.linalg
+import scipy.sparse as sp
+from scipy.special import expit, logsumexp
+
+from topkbench.losses import ids
+from topkbench.solvers.accelerated import GAMMA_START, next_stage_gamma
+from topkbench.solvers.problem import Run, SDCAProblem, features_t_dot, relative_gap
+
+# the Hessian is (d m)^2 doubles and costs about n m^2 d^2 flops per iteration
+NEWTON_MAX_DIM = 1024
+NEWTON_LOSSES = (
+    ids.LOSS_LR_MULTI, ids.LOSS_LR_OVA, ids.LOSS_LR_ML, ids.LOSS_SVM_OVA, ids.LOSS_SVM_MULTI,
+)  # fmt: skip
+# rows per block when forming the Hessian (a block's per-example Hessians: rows x m^2 doubles)
+HESSIAN_ENTRIES = 1 << 23
+ARMIJO = 1e-4
+MIN_STEP = 1e-10
+
+
+def newton_applicable(prob: SDCAProblem) -> bool:
+    """Features (not a Gram matrix), a loss of :data:`NEWTON_LOSSES` and ``d m <=
+    NEWTON_MAX_DIM``."""
+    return (
+        prob.kind != "gram"
+        and prob.loss_id in NEWTON_LOSSES
+        and prob.X.shape[1] * prob.m <= NEWTON_MAX_DIM
+    )
+
+
+def _simplex_project(w):
+    """Row-wise projection onto ``{v >= 0, sum v <= 1}``; returns ``(v, t)`` with ``v = (w -
+    t)_+`` and ``t = 0`` where the sum constraint does not bind (``-inf`` entries stay 0)."""
+    pos = np.maximum(w, 0.0)
+    t = np.zeros(w.shape[0])
+    binds = pos.sum(axis=1) > 1.0
+    if binds.any():
+        u = -np.sort(-w[binds], axis=1)
+        css = np.cumsum(u, axis=1) - 1.0
+        ranks = np.arange(1, w.shape[1] + 1)
+        rho = (u - css / ranks > 0.0).sum(axis=1)  # the support size
+        t[binds] = css[np.arange(u.shape[0]), rho - 1] / rho
+    return np.maximum(w - t[:, None], 0.0), t
+
+
+class _Derivatives:
+    """Gradient ``G`` (n x m) of the loss at the scores and its per-example Hessians, for the
+    loss of ``prob`` smoothed by ``gamma`` (module docstring).  :meth:`gradient` keeps what
+    :meth:`hessians` needs."""
+
+    def __init__(self, prob: SDCAProblem):
+        self.loss_id = prob.loss_id
+        yptr, yidx = prob.y
+        n, m = prob.n, prob.m
+        self.rows = np.arange(n)
+        if self.loss_id == ids.LOSS_LR_ML:
+            counts = np.diff(yptr)
+            self.active = (counts > 0) & (counts < m)
+            T = np.zeros((n, m))
+            T[np.repeat(self.rows, counts), yidx] = 1.0 / np.repeat(np.maximum(counts, 1), counts)
+            T[~self.active] = 0.0
+            self.target = T
+        else:
+            self.labels = yidx
+            self.sign = -np.ones((n, m))
+            self.sign[self.rows, yidx] = 1.0
+
+    def gradient(self, S, gamma: float):
+        lid = self.loss_id
+        if lid in (ids.LOSS_LR_MULTI, ids.LOSS_LR_ML):
+            P = np.exp(S - logsumexp(S, axis=1, keepdims=True))
+            if lid == ids.LOSS_LR_MULTI:
+                G = P.copy()
+                G[self.rows, self.labels] -= 1.0
+            else:
+                P[~self.active] = 0.0
+                G = P - self.target
+            self.state = P
+            return G
+        if lid == ids.LOSS_LR_OVA:
+            sig = expit(S)
+            self.state = sig * (1.0 - sig)
+            return -self.sign * expit(-self.sign * S)
+        if lid == ids.LOSS_SVM_OVA:
+            z = 1.0 - self.sign * S
+            self.state = ((z > 0.0) & (z < gamma)) / gamma
+            return -self.sign * np.clip(z / gamma, 0.0, 1.0)
+        # SVM^Multi_gamma: v over the off-label coordinates; the label's entry is held at 0,
+        # which the projection maps to 0 (t = 0 leaves it at 0, t > 0 clips it)
+        w = (1.0 + S - S[self.rows, self.labels][:, None]) / gamma
+        w[self.rows, self.labels] = 0.0
+        v, t = _simplex_project(w)
+        self.state = (v > 0.0, t > 0.0, gamma)
+        # for small gamma, w and t are large and sum v may exceed 1 by rounding (~ 1e-16 |z|
+        # / gamma), which would make the dual infeasible and the certificate wrong
+        v /= np.maximum(v.sum(axis=1), 1.0)[:, None]
+        G = v
+        G[self.rows, self.labels] = -v.sum(axis=1)
+        return G
+
+    def hessians(self, a: int, b: int):
+        """Rows ``a:b``: an array ``(b-a) x m`` (diagonal Hessians) or ``(b-a) x m x m``."""
+        lid = self.loss_id
+        if lid in (ids.LOSS_LR_OVA, ids.LOSS_SVM_OVA):
+            return self.state[a:b]
+        if lid in (ids.LOSS_LR_MULTI, ids.LOSS_LR_ML):
+            P = self.state[a:b]
+            H = -P[:, :, None] * P[:, None, :]
+            H[:, np.arange(P.shape[1]), np.arange(P.shape[1])] += P
+            return H
+        support, binds, gamma = self.state
+        sig = support[a:b].astype(np.float64)
+        rows = np.arange(b - a)
+        y = self.labels[a:b]
+        size = sig.sum(axis=1)
+        # M^T I_S M: 1 on the support's diagonal, |S| at (y, y), -1 at (j, y) and (y, j)
+        H = np.zeros((b - a, sig.shape[1], sig.shape[1]))
+        H[:, np.arange(sig.shape[1]), np.arange(sig.shape[1])] = sig
+        H[rows, y, :] = -sig
+        H[rows, :, y] = -sig
+        H[rows, y, y] = size
+        # the binding sum constraint removes u u^T / |S|, u = M^T 1_S = 1_S - |S| e_y
+        u = sig.copy()
+        u[rows, y] = -size
+        scale = np.where(binds[a:b], 1.0 / np.maximum(size, 1.0), 0.0)
+        H -= scale[:, None, None] * u[:, :, None] * u[:, None, :]
+        return H / gamma
+
+
+def _hessian(X, deriv: _Derivatives, C: float, m: int) -> np.ndarray:
+    """``I + C sum_i H_i (x) x_i x_i^T`` in the class-major order ``vec(W)[c d + j] =
+    W[j, c]``, formed by row blocks and class pairs: block (c, c') is ``X^T diag(H[:, c, c'])
+    X`` over the rows where that entry is nonzero (for the hinges a handful: H_i lives on
+    the support of the example's dual block)."""
+    n, d = X.shape
+    H = np.zeros((m * d, m * d))
+    rows = max(1, HESSIAN_ENTRIES // (m * m))
+    for a in range(0, n, rows):
+        b = min(a + rows, n)
+        Xb = X[a:b].toarray() if sp.issparse(X) else np.asarray(X[a:b], dtype=np.float64)
+        Hb = deriv.hessians(a, b)
+        diagonal = Hb.ndim == 2
+        Hb = np.ascontiguousarray(np.moveaxis(Hb, 0, -1))  # the example axis last
+        for c in range(m):
+            for c2 in range(c, c + 1 if diagonal else m):
+                w = Hb[c] if diagonal else Hb[c, c2]
+                nz = np.flatnonzero(w)
+                if nz.size == 0:
+                    continue
+                Xn = Xb if 2 * nz.size > w.size else Xb[nz]
+                wn = w if 2 * nz.size > w.size else w[nz]
+                block = Xn.T @ (wn[:, None] * Xn)
+                H[c * d : (c + 1) * d, c2 * d : (c2 + 1) * d] += block
+                if c2 != c:
+                    H[c2 * d : (c2 + 1) * d, c * d : (c + 1) * d] += block.T
+    H *= C
+    H[np.diag_indices_from(H)] += 1.0
+    return H
+
+
+def solve_newton(prob: SDCAProblem, run: Run, A, C: float, gamma: float):
+    """Continue ``run`` from the dual ``A`` by Newton's method on the primal, started at
+    ``W = X^T A``, until the relative gap (of the loss smoothed by ``gamma``) is at most
+    ``run.eps`` or a budget is spent.  Each Newton iteration counts as one epoch of ``run``
+    (a pass over the data, plus the Hessian).
+
+    Returns ``(status, A, W, primal, dual, gap, info)`` as
+    :func:`topkbench.solvers.accelerated.solve_accelerated` does; status ``"running"`` hands
+    the run back to plain SDCA from the last gradient dual (line search failure).
+    """
+    n, m = prob.n, prob.m
+    lam = 1.0 / (C * n)
+    deriv = _Derivatives(prob)
+    smooth = gamma > 0.0 or prob.loss_id in (ids.LOSS_LR_MULTI, ids.LOSS_LR_OVA, ids.LOSS_LR_ML)
+    stage_gamma = gamma if smooth else GAMMA_START
+    info = {"newton_from_epoch": run.epochs, "newton_iterations": 0, "gamma_stages": [stage_gamma]}
+    no_dual = np.zeros((n, m))
+    W = prob.rep_of(A)
+    S = prob.scores(W)
+    while True:
+        t_iter = time.perf_counter()
+        G = deriv.gradient(S, stage_gamma)
+        A = np.ascontiguousarray(-C * G)
+        W_A = features_t_dot(prob.X, A)
+        # the certificate of (W, A): P from W's scores, D from A with ||X^T A||^2
+        sq_w, sq_a = float(np.vdot(W, W)), float(np.vdot(W_A, W_A))
+        primal, dual = prob.values(S, A, sq_w, C, gamma)
+        dual += 0.5 * lam * (sq_w - sq_a)
+        gap = run.record(primal, dual, A, W)
+        if gap <= run.eps:
+            return "converged", A, W, primal, dual, gap, info
+        budget = run.budget_status()
+        if budget is not None:
+            return budget, A, W, primal, dual, gap, info
+        if stage_gamma != gamma:
+            ps, ds = prob.values(S, A, sq_w, C, stage_gamma)
+            stage_gap = relative_gap(ps, ds + 0.5 * lam * (sq_w - sq_a))
+            smaller = next_stage_gamma(stage_gamma, gap, stage_gap, run.eps)
+            if smaller is not None:
+                stage_gamma = smaller
+                info["gamma_stages"].append(stage_gamma)
+                W_A = features_t_dot(prob.X, -C * deriv.gradient(S, stage_gamma))
+        grad = (W - W_A).T.reshape(-1)
+        try:
+            H = _hessian(prob.X, deriv, C, m)
+            step = scipy.linalg.cho_solve(scipy.linalg.cho_factor(H), -grad)
+        except (np.linalg.LinAlgError, ValueError):
+            return "running", A, W, primal, dual, gap, info
+        D = np.ascontiguousarray(step.reshape(m, -1).T)
+        SD = prob.scores(D)
+        F0 = prob.values(S, no_dual, sq_w, C, stage_gamma)[0] / lam
+        slope = float(grad @ step)
+        t = 1.0
+        while t >= MIN_STEP:
+            W_t = W + t * D
+            F_t = prob.values(S + t * SD, no_dual, float(np.vdot(W_t, W_t)), C, stage_gamma)[0]
+            if F_t / lam <= F0 + ARMIJO * t * slope:
+                break
+            t *= 0.5
+        else:
+            return "running", A, W, primal, dual, gap, info
+        W = W_t
+        S = prob.scores(W)  # the certificate needs P of W itself, not of the summed scores
+        info["newton_iterations"] += 1
+        run.epochs += 1
+        run.epoch_seconds = time.perf_counter() - t_iter
