@@ -28,7 +28,6 @@ from topkbench.errors import ConvergenceWarning
 from topkbench.gram import rbf_kernel
 from topkbench.losses.registry import get_method
 from topkbench.solvers.accelerated import condition_number, loss_smoothness
-from topkbench.solvers.newton import NEWTON_LOSSES
 from topkbench.solvers.problem import SDCAProblem
 from topkbench.solvers.sdca import solve_sdca
 
@@ -85,9 +84,7 @@ MULTICLASS = [
 
 
 NEWTON_CASES = [
-    pytest.param(*case, "newton", id=f"{case[0]}-{case[2]}-newton")
-    for case in MULTICLASS
-    if get_method(case[0]).loss_id in NEWTON_LOSSES
+    pytest.param(*case, "newton", id=f"{case[0]}-{case[2]}-newton") for case in MULTICLASS
 ]
 
 
@@ -112,7 +109,8 @@ def test_multiclass_reaches_cvxpy_optimum(problem_factory, method, k, gamma, C, 
 
 @pytest.mark.parametrize("method,gamma,sparse,phase", [
     ("svm_ml", 0.0, False, "catalyst"), ("svm_ml", 1.0, True, "catalyst"),
-    ("lr_ml", 0.0, False, "catalyst"), ("lr_ml", 0.0, True, "newton"),
+    ("lr_ml", 0.0, False, "catalyst"), ("svm_ml", 0.0, True, "newton"),
+    ("svm_ml", 1.0, False, "newton"), ("lr_ml", 0.0, True, "newton"),
 ])  # fmt: skip
 def test_multilabel_reaches_cvxpy_optimum(method, gamma, sparse, phase):
     X, Y = make_ml_problem(n=16, m=4, seed=32, sparse=sparse)
@@ -157,20 +155,21 @@ def test_auto_keeps_well_conditioned_runs_plain(problem_factory):
     np.testing.assert_array_equal(auto.A, plain.A)
 
 
-@pytest.mark.parametrize("method,phase", [("lr_multi", "newton"), ("topk_ent", "catalyst")])
-def test_auto_accelerates_ill_conditioned_runs(problem_factory, method, phase):
-    """On an ill-conditioned problem "auto" hands over (to Newton where it applies, at the
-    first certificate) and needs far fewer epochs."""
+@pytest.mark.parametrize("kernel,phase", [(False, "newton"), (True, "catalyst")])
+def test_auto_accelerates_ill_conditioned_runs(problem_factory, kernel, phase):
+    """On an ill-conditioned problem "auto" hands over (to Newton at the first certificate on
+    features with small d m, to accelerated SDCA in kernel mode) and needs far fewer epochs."""
     X, y = problem_factory(n=40, d=3, m=4, seed=36)
     X = ill_conditioned(X) * 3.0
-    kw = dict(C=10.0, eps=1e-6, max_epochs=200_000, warn=False, k=2 if method == "topk_ent" else 1)
-    auto = topkbench.fit(X, y, method, **kw)
+    data = dict(X=None, K=X @ X.T) if kernel else dict(X=X)
+    kw = dict(Y=y, method="lr_multi", C=10.0, eps=1e-6, max_epochs=200_000, warn=False, **data)
+    auto = topkbench.fit(**kw)
     assert auto.converged and PHASE_KEY[phase] in auto.info
     if phase == "newton":
         assert auto.info["newton_from_epoch"] == 0
     # plain SDCA given 3x the epochs is still far from eps
     kw["max_epochs"] = 3 * auto.epochs
-    plain = topkbench.fit(X, y, method, accelerate="never", **kw)
+    plain = topkbench.fit(accelerate="never", **kw)
     assert plain.relative_gap > 100 * kw["eps"]
 
 

@@ -13,20 +13,20 @@ from solvers.test_accelerated import ill_conditioned
 import topkbench
 from topkbench.errors import ConvergenceWarning
 from topkbench.losses.registry import get_method
-from topkbench.solvers.newton import _Derivatives, _hessian, newton_applicable
+from topkbench.solvers.newton import NEWTON_MAX_DIM, _Derivatives, _hessian
 from topkbench.solvers.problem import SDCAProblem
 
 # (method, gamma): every loss Newton covers; at the test point the simplex sum of svm_multi
 # binds in some examples at gamma = 5 and in all at gamma = 0.05
 CASES = [("lr_multi", 0.0), ("lr_ova", 0.0), ("svm_ova", 0.5), ("svm_multi", 5.0),
-         ("svm_multi", 0.05)]  # fmt: skip
+         ("svm_multi", 0.05), ("topk_svm_beta", 0.5)]  # fmt: skip
 
 
 def _problem(problem_factory, method, sparse=False, seed=41):
     X, y = problem_factory(n=30, d=3, m=5, seed=seed, sparse=sparse)
     X = ill_conditioned(X)
     loss = get_method(method).loss_id
-    return SDCAProblem(X, y, gram=False, n_classes=5, loss_id=loss, k=1)
+    return SDCAProblem(X, y, gram=False, n_classes=5, loss_id=loss, k=2 if "topk" in method else 1)
 
 
 def _grad_F(prob, deriv, W, C, gamma):
@@ -38,7 +38,8 @@ def _grad_F(prob, deriv, W, C, gamma):
 @pytest.mark.parametrize("method,gamma", CASES)
 def test_hessian_is_the_gradients_derivative(problem_factory, method, gamma):
     """H v equals the central difference of grad F along v (the hinges' gradients are
-    piecewise linear: a small step stays on one piece at a generic point)."""
+    piecewise linear: a small step stays on one piece at a generic point); for top-k
+    SVM^beta, whose H_i are finite differences, this checks their assembly."""
     prob = _problem(problem_factory, method)
     rng = np.random.default_rng(1)
     C = 0.7
@@ -47,7 +48,7 @@ def test_hessian_is_the_gradients_derivative(problem_factory, method, gamma):
     deriv.gradient(prob.scores(W), gamma)
     H = _hessian(prob.X, deriv, C, 5)
     np.testing.assert_allclose(H, H.T, rtol=0, atol=1e-9 * np.abs(H).max())
-    assert np.linalg.eigvalsh(H).min() >= 1.0 - 1e-8  # I + PSD
+    assert np.linalg.eigvalsh(H).min() >= 1.0 - 1e-9 * np.abs(H).max()  # I + PSD
     for _ in range(3):
         V = rng.standard_normal((3, 5)) * 1e-7
         fd = (_grad_F(prob, deriv, W + V, C, gamma) - _grad_F(prob, deriv, W - V, C, gamma)) / 2
@@ -124,13 +125,58 @@ def test_nonsmooth_hinge_continues_to_gamma_zero(problem_factory):
 
 
 def test_not_applicable_falls_back_to_catalyst(problem_factory):
+    """A Gram matrix, or d m above NEWTON_MAX_DIM, leaves the run to accelerated SDCA."""
     X, y = problem_factory(n=30, d=3, m=5, seed=46)
     X = ill_conditioned(X)
-    prob = _problem(problem_factory, "topk_ent")
-    assert not newton_applicable(prob)
     kw = dict(C=10.0, eps=1e-6, max_epochs=50, warn=False, accelerate="newton")
-    model = topkbench.fit(X, y, "topk_ent", k=2, **kw)
+    kernel = topkbench.fit(None, y, "lr_multi", K=X @ X.T, **kw)
+    assert "accelerated_from_epoch" in kernel.info and "newton_from_epoch" not in kernel.info
+    wide = np.hstack([X] * (NEWTON_MAX_DIM // 15 + 1))
+    assert wide.shape[1] * 5 > NEWTON_MAX_DIM
+    model = topkbench.fit(wide, y, "lr_multi", **kw)
     assert "accelerated_from_epoch" in model.info and "newton_from_epoch" not in model.info
-    K = X @ X.T
-    kernel = topkbench.fit(None, y, "lr_multi", K=K, **kw)
-    assert "accelerated_from_epoch" in kernel.info
+
+
+GRADIENT_CASES = [("topk_svm_alpha", 0.5, 2), ("topk_svm_alpha_pseudo", 0.5, 3),
+                  ("topk_svm_beta", 0.5, 2), ("topk_ent", 0.0, 3), ("svm_multi", 0.1, 1),
+                  ("svm_ova", 0.1, 1), ("lr_ova", 0.0, 1), ("lr_multi", 0.0, 1)]  # fmt: skip
+
+
+@pytest.mark.parametrize("method,gamma,k", GRADIENT_CASES)
+@pytest.mark.parametrize("scale", [1.0, 100.0])
+def test_gradient_matches_the_kernels_loss(method, gamma, k, scale):
+    """<G, E> equals the central difference of the kernels' loss sum along E, for the
+    analytic gradients and for the kernels' zero-norm block update alike."""
+    rng = np.random.default_rng(7)
+    n, m = 40, 6
+    y = rng.integers(0, m, n)
+    prob = SDCAProblem(rng.standard_normal((n, 3)), y, gram=False, n_classes=m,
+                       loss_id=get_method(method).loss_id, k=k)  # fmt: skip
+    S = rng.standard_normal((n, m)) * scale
+    G = _Derivatives(prob).gradient(S, gamma)
+
+    def loss_sum(T):
+        return prob.values(np.ascontiguousarray(T), np.zeros((n, m)), 0.0, 1.0, gamma)[0] * n
+
+    E = rng.standard_normal((n, m))
+    h = 1e-6 * scale
+    fd = (loss_sum(S + h * E) - loss_sum(S - h * E)) / (2 * h)
+    assert np.vdot(G, E) == pytest.approx(fd, rel=1e-6, abs=1e-6)
+
+
+def test_multilabel_gradient_matches_the_kernels_loss():
+    rng = np.random.default_rng(8)
+    n, m = 40, 6
+    Y = sp.csr_matrix((rng.random((n, m)) < 0.3).astype(float))
+    for method, gamma in (("svm_ml", 0.3), ("lr_ml", 0.0)):
+        prob = SDCAProblem(rng.standard_normal((n, 3)), Y, gram=False, n_classes=m,
+                           loss_id=get_method(method).loss_id, k=1)  # fmt: skip
+        S = rng.standard_normal((n, m)) * 10.0
+        G = _Derivatives(prob).gradient(S, gamma)
+
+        def loss_sum(T, prob=prob, gamma=gamma):
+            return prob.values(np.ascontiguousarray(T), np.zeros((n, m)), 0.0, 1.0, gamma)[0] * n
+
+        E = rng.standard_normal((n, m))
+        fd = (loss_sum(S + 1e-5 * E) - loss_sum(S - 1e-5 * E)) / 2e-5
+        assert np.vdot(G, E) == pytest.approx(fd, rel=1e-6)

@@ -471,6 +471,26 @@ def _update(loss, yptr, yidx, i, s, a, kii, C, gamma, k, out, scratch, troots):
     )
 
 
+@njit(cache=True)
+def gradient_duals(S, yptr, yidx, loss, C, gamma, k, out):
+    """``out[i] = -C grad L_gamma(Y_i, S_i)`` for every row of the scores ``S``: the block
+    update of an example with ``||x_i||^2 = 0`` (then ``q = s`` and the update maximizes
+    ``-C L*(-a / C) - <a, s>``, whose maximizer is ``-C`` times the gradient; DESIGN §4.3's
+    zero-norm branches).  For a nonsmooth loss (gamma = 0 hinges) it is *a* subgradient.
+    Returns the count of failed inner root findings."""
+    n, m = S.shape
+    scratch = _scratch(m)
+    troots = np.full(n, np.nan)
+    a = np.zeros(m)
+    failures = 0
+    for i in range(n):
+        if _update(loss, yptr, yidx, i, S[i], a, 0.0, C, gamma, k, out[i], scratch, troots) != (
+            STATUS_OK
+        ):
+            failures += 1
+    return failures
+
+
 # A block change with at most m / _SPARSE_DELTA nonzeros (the hinge losses: an SVM^Multi
 # support vector moves ~3 of its 100 dual variables) updates only those columns of W; the next
 # scores then take a read-only pass, which is cheaper than the fused read-modify-write pass.

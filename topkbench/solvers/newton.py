@@ -1,5 +1,5 @@
-"""Newton's method in the primal when ``d m`` is small, certified by the dual its gradient
-defines (DESIGN §5).
+"""Newton's method in the primal when ``d m`` is small, for every SDCA loss, certified by the
+dual its gradient defines (DESIGN §5).
 
 **Why.** Any coordinate or first-order method needs about ``sqrt(C R^2 / mu)`` epochs per
 factor e of the gap (accelerated SDCA, :mod:`topkbench.solvers.accelerated`), which is
@@ -33,11 +33,16 @@ The losses, their gradients and (generalized) Hessians in the scores:
   ``H = M^T J M / gamma``, J the projection's Jacobian on the support S of v: ``I_S`` when
   ``t = 0``, ``I_S - 1_S 1_S^T / |S|`` when the sum constraint binds (t > 0).  H is
   piecewise constant, so this is a semismooth Newton method.
+* The top-k hinges (gamma > 0), top-k Ent and SVM^ML_gamma: the gradient is the kernels'
+  block update of a zero-norm example (:func:`topkbench.kernels.sdca.gradient_duals`; it
+  maximizes ``<v, s> - L*(v)``), and H_i are its forward differences along each score,
+  symmetrized.  The smoothed hinges' gradients are projections onto polytopes, piecewise
+  linear, so off a kink the differences are their (generalized) Jacobians exactly.
 
 **Nonsmooth hinges (gamma = 0): smoothing continuation**, as in the accelerated solver: the
 stages solve the gamma-smoothed problem for gamma = 1, then smaller gamma
 (:func:`~topkbench.solvers.accelerated.next_stage_gamma`), each warm-started from the last.
-TPAMI Prop. 2 and Prop. 10 keep the conjugate domain, so the stage's gradient dual is feasible
+TPAMI Props. 2, 6 and 10 keep the conjugate domain, so the stage's gradient dual is feasible
 for gamma = 0, and every certificate is the gamma = 0 one.
 
 **The certificate.** ``A = -C G`` is dual feasible (a gradient of a convex loss lies in the
@@ -56,7 +61,8 @@ holds for the stage's loss; the gamma = 0 gap adds the smoothing's share.
 
 **Globalization.** Backtracking (Armijo) line search on F along the Newton direction, with the
 kernels' loss values; the scores along it are ``S + t X Delta``, so a trial step costs no
-product with X.  When the line search fails (F no longer decreases: the rounding floor), the
+product with X.  Rounded or finite-difference H_i can leave the assembled Hessian a few ulps
+short of positive definite; :func:`_newton_step` then shifts its diagonal (Levenberg).  When the line search fails (F no longer decreases: the rounding floor), the
 solver hands the run back with its dual, which plain SDCA continues from.
 """
 
@@ -70,14 +76,21 @@ import scipy.sparse as sp
 from scipy.special import expit, logsumexp
 
 from topkbench.losses import ids
-from topkbench.solvers.accelerated import GAMMA_START, next_stage_gamma
+from topkbench.kernels import sdca as _k
+from topkbench.solvers.accelerated import GAMMA_START, loss_smoothness, next_stage_gamma
 from topkbench.solvers.problem import Run, SDCAProblem, features_t_dot, relative_gap
 
 # the Hessian is (d m)^2 doubles and costs about n m^2 d^2 flops per iteration
 NEWTON_MAX_DIM = 1024
-NEWTON_LOSSES = (
+# the losses whose gradient and Hessian are written out here; the others take the kernels'
+# gradient and a finite-difference Hessian
+ANALYTIC_LOSSES = (
     ids.LOSS_LR_MULTI, ids.LOSS_LR_OVA, ids.LOSS_LR_ML, ids.LOSS_SVM_OVA, ids.LOSS_SVM_MULTI,
 )  # fmt: skip
+# finite-difference step in the scores: relative to gamma for the smoothed hinges (whose
+# gradient is piecewise linear with pieces of size ~gamma), absolute for top-k Ent (curvature
+# ~1); small enough to stay on one piece, large enough for rounding (~1e-16 / step)
+FD_STEP = 1e-6
 # rows per block when forming the Hessian (a block's per-example Hessians: rows x m^2 doubles)
 HESSIAN_ENTRIES = 1 << 23
 ARMIJO = 1e-4
@@ -85,13 +98,8 @@ MIN_STEP = 1e-10
 
 
 def newton_applicable(prob: SDCAProblem) -> bool:
-    """Features (not a Gram matrix), a loss of :data:`NEWTON_LOSSES` and ``d m <=
-    NEWTON_MAX_DIM``."""
-    return (
-        prob.kind != "gram"
-        and prob.loss_id in NEWTON_LOSSES
-        and prob.X.shape[1] * prob.m <= NEWTON_MAX_DIM
-    )
+    """Features (not a Gram matrix) with ``d m <= NEWTON_MAX_DIM``."""
+    return prob.kind != "gram" and prob.X.shape[1] * prob.m <= NEWTON_MAX_DIM
 
 
 def _simplex_project(w):
@@ -116,9 +124,12 @@ class _Derivatives:
 
     def __init__(self, prob: SDCAProblem):
         self.loss_id = prob.loss_id
-        yptr, yidx = prob.y
+        self.k = prob.k
+        yptr, yidx = self.y = prob.y
         n, m = prob.n, prob.m
         self.rows = np.arange(n)
+        if self.loss_id not in ANALYTIC_LOSSES:
+            return
         if self.loss_id == ids.LOSS_LR_ML:
             counts = np.diff(yptr)
             self.active = (counts > 0) & (counts < m)
@@ -131,8 +142,22 @@ class _Derivatives:
             self.sign = -np.ones((n, m))
             self.sign[self.rows, yidx] = 1.0
 
+    def _kernel_gradient(self, S, gamma: float, a: int = 0, b: int | None = None):
+        """``grad L_gamma`` at the scores ``S`` of the rows ``a:b`` by the kernels'
+        zero-norm block update (:func:`topkbench.kernels.sdca.gradient_duals`, with C = 1)."""
+        yptr, yidx = self.y
+        b = S.shape[0] + a if b is None else b
+        ptr = yptr[a : b + 1] - yptr[a]
+        out = np.empty_like(S)
+        _k.gradient_duals(S, ptr, yidx[yptr[a] : yptr[b]], self.loss_id, 1.0, gamma, self.k, out)
+        return -out
+
     def gradient(self, S, gamma: float):
         lid = self.loss_id
+        if lid not in ANALYTIC_LOSSES:
+            G = self._kernel_gradient(np.ascontiguousarray(S), gamma)
+            self.state = (S, gamma, G)
+            return G
         if lid in (ids.LOSS_LR_MULTI, ids.LOSS_LR_ML):
             P = np.exp(S - logsumexp(S, axis=1, keepdims=True))
             if lid == ids.LOSS_LR_MULTI:
@@ -167,6 +192,8 @@ class _Derivatives:
     def hessians(self, a: int, b: int):
         """Rows ``a:b``: an array ``(b-a) x m`` (diagonal Hessians) or ``(b-a) x m x m``."""
         lid = self.loss_id
+        if lid not in ANALYTIC_LOSSES:
+            return self._difference_hessians(a, b)
         if lid in (ids.LOSS_LR_OVA, ids.LOSS_SVM_OVA):
             return self.state[a:b]
         if lid in (ids.LOSS_LR_MULTI, ids.LOSS_LR_ML):
@@ -191,6 +218,24 @@ class _Derivatives:
         scale = np.where(binds[a:b], 1.0 / np.maximum(size, 1.0), 0.0)
         H -= scale[:, None, None] * u[:, :, None] * u[:, None, :]
         return H / gamma
+
+
+    def _difference_hessians(self, a: int, b: int):
+        """Forward differences of the kernels' gradient along each score.  The smoothed
+        hinges' gradient is piecewise linear (a projection), so off a kink the difference is
+        its Jacobian exactly; top-k Ent's is smooth (error ~ step)."""
+        S, gamma, G = self.state
+        m = S.shape[1]
+        # the finite-difference losses are the top-k and multilabel hinges, and top-k Ent
+        step = FD_STEP * (1.0 if self.loss_id == ids.LOSS_TOPK_ENT else gamma)
+        cols = np.empty((m, b - a, m))  # cols[c] = d G / d s_c, for every row
+        base = np.ascontiguousarray(S[a:b])
+        for c in range(m):
+            hi = base.copy()
+            hi[:, c] += step
+            cols[c] = (self._kernel_gradient(hi, gamma, a, b) - G[a:b]) / step
+        H = cols.transpose(1, 2, 0)
+        return 0.5 * (H + H.transpose(0, 2, 1))
 
 
 def _hessian(X, deriv: _Derivatives, C: float, m: int) -> np.ndarray:
@@ -224,6 +269,22 @@ def _hessian(X, deriv: _Derivatives, C: float, m: int) -> np.ndarray:
     return H
 
 
+def _newton_step(H, grad):
+    """``-H^{-1} grad`` by Cholesky.  H = I + C sum H_i (x) x_i x_i^T is positive definite
+    in exact arithmetic, but finite-difference or rounded H_i can leave eigenvalues a few
+    ulps of ``max H`` below zero; the diagonal is then shifted by multiples of
+    ``1e-12 max diag(H)`` (a Levenberg step, still a descent direction).  None if that
+    fails too."""
+    shift = 0.0
+    for _ in range(6):
+        try:
+            factor = scipy.linalg.cho_factor(H + shift * np.eye(H.shape[0]) if shift else H)
+            return scipy.linalg.cho_solve(factor, -grad)
+        except (np.linalg.LinAlgError, ValueError):
+            shift = 1e-12 * float(np.diag(H).max()) if shift == 0.0 else 100.0 * shift
+    return None
+
+
 def solve_newton(prob: SDCAProblem, run: Run, A, C: float, gamma: float):
     """Continue ``run`` from the dual ``A`` by Newton's method on the primal, started at
     ``W = X^T A``, until the relative gap (of the loss smoothed by ``gamma``) is at most
@@ -237,8 +298,7 @@ def solve_newton(prob: SDCAProblem, run: Run, A, C: float, gamma: float):
     n, m = prob.n, prob.m
     lam = 1.0 / (C * n)
     deriv = _Derivatives(prob)
-    smooth = gamma > 0.0 or prob.loss_id in (ids.LOSS_LR_MULTI, ids.LOSS_LR_OVA, ids.LOSS_LR_ML)
-    stage_gamma = gamma if smooth else GAMMA_START
+    stage_gamma = gamma if loss_smoothness(prob.loss_id, gamma) > 0.0 else GAMMA_START
     info = {"newton_from_epoch": run.epochs, "newton_iterations": 0, "gamma_stages": [stage_gamma]}
     no_dual = np.zeros((n, m))
     W = prob.rep_of(A)
@@ -267,10 +327,8 @@ def solve_newton(prob: SDCAProblem, run: Run, A, C: float, gamma: float):
                 info["gamma_stages"].append(stage_gamma)
                 W_A = features_t_dot(prob.X, -C * deriv.gradient(S, stage_gamma))
         grad = (W - W_A).T.reshape(-1)
-        try:
-            H = _hessian(prob.X, deriv, C, m)
-            step = scipy.linalg.cho_solve(scipy.linalg.cho_factor(H), -grad)
-        except (np.linalg.LinAlgError, ValueError):
+        step = _newton_step(_hessian(prob.X, deriv, C, m), grad)
+        if step is None:
             return "running", A, W, primal, dual, gap, info
         D = np.ascontiguousarray(step.reshape(m, -1).T)
         SD = prob.scores(D)
