@@ -16,7 +16,7 @@ import warnings
 import numpy as np
 
 import topkbench
-from topkbench.kernels.sdca import objective_terms
+from topkbench.losses.dispatch import objective_terms
 from topkbench.losses.registry import get_method
 from topkbench.solvers.problem import as_label_csr, relative_gap
 

@@ -9,11 +9,11 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+from topkbench.bench.projection_batch import project_rows
 from topkbench.bench.projections import PROJECTION_METHODS, ProjectionBenchRow, scaling_exponent
 from topkbench.cli import app
-from topkbench.kernels import topk
-from topkbench.kernels.projection_batch import project_rows
-from topkbench.kernels.topk_entropy import prox
+from topkbench.losses.topk_entropy import prox
+from topkbench.prox import topk
 
 
 def test_batched_rows_match_single_projections():

@@ -1,6 +1,6 @@
 """Losses and their conjugates as implemented by the SDCA kernels.
 
-Pairing (derived from ``topkbench/kernels/sdca.py``).  The kernels minimise
+Pairing (derived from ``topkbench/losses/dispatch.py``).  The kernels minimise
 ``1/2 ||W||^2 + C sum_i L(y_i, s_i)``, ``s_i = W^T x_i``, with dual
 ``C sum_i -L*(y_i, v_i) - 1/2 ||W||^2``, ``W = X^T A``, ``v_i = -a_i / C``;
 ``neg_conjugate_value(loss, y, a, C, ...)`` returns ``-L*(y, v)``.  Since
@@ -27,7 +27,7 @@ from hypothesis.extra import numpy as hnp
 from reference import SDCA_METHODS
 
 import topkbench
-from topkbench.kernels.sdca import loss_value, neg_conjugate_value
+from topkbench.losses.dispatch import loss_value, neg_conjugate_value
 from topkbench.losses.ids import LOSS_LR_MULTI, LOSS_LR_OVA, LOSS_SVM_MULTI, LOSS_SVM_OVA
 
 METHOD_LOSS = {

@@ -1,5 +1,5 @@
 """Multilabel losses SVM^ML, smooth SVM^ML_gamma and LR^ML with their conjugates (TPAMI, 002
-§3.3, Props. 5-7; §5.3, Props. 18-20), ``topkbench.kernels.multilabel``.
+§3.3, Props. 5-7; §5.3, Props. 18-20), ``topkbench.losses.multilabel``.
 
 Notation: scores ``u`` (length m), label set ``Y`` (``k = |Y|``, ``0 < k < m``), complement
 ``Ybar``.  The kernels' pairing: ``loss_value_ml(loss, Y, u, gamma, ...) = L(u)`` and
@@ -23,7 +23,7 @@ Notation: scores ``u`` (length m), label set ``Y`` (``k = |Y|``, ``0 < k < m``),
   smooths all m coordinates of v, including ``v_y = -<1, x>``, i.e. it is ``max_{x in Delta}
   <z, x> - gamma/2 (||x||^2 + <1,x>^2)`` (``z = 1 + u_j - u_y``, ``j != y``), while
   SVM^Multi_gamma has no ``<1,x>^2`` term (this first form is checked with the biased simplex
-  projection of ``topkbench.kernels.projections``).
+  projection of ``topkbench.prox.projections``).
 * LR^ML: ``L(u) = log sum_j exp u_j - (1/k) sum_Y u_y`` (the all-class form of the
   cross-entropy; see the kernel's docstring for the printed inner sum over Y), with
   ``L*(v) = sum_j q_j log q_j`` for ``q = v + 1_Y / k`` in the simplex (Prop. 7); singleton Y
@@ -43,11 +43,11 @@ import scipy.special as sps
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from topkbench.kernels.bipartite import project_bipartite
-from topkbench.kernels.multilabel import loss_value_ml, neg_conjugate_value_ml
-from topkbench.kernels.projections import simplex_biased_threshold
-from topkbench.kernels.sdca import loss_value
+from topkbench.losses.dispatch import loss_value
 from topkbench.losses.ids import LOSS_LR_ML, LOSS_LR_MULTI, LOSS_SVM_ML, LOSS_SVM_MULTI
+from topkbench.losses.multilabel import loss_value_ml, neg_conjugate_value_ml
+from topkbench.prox.bipartite import project_bipartite
+from topkbench.prox.projections import simplex_biased_threshold
 
 CVX_TOL = {"tol_gap_abs": 1e-11, "tol_gap_rel": 1e-11, "tol_feas": 1e-11}
 GAMMAS = (1e-3, 0.1, 1.0, 10.0)
@@ -82,7 +82,7 @@ def L_star(loss, labels, v, gamma=0.0, C=1.0):
 
 
 def L_multi(loss, y, u, gamma=0.0):
-    """Multiclass loss (``topkbench.kernels.sdca.loss_value``) with k = 1."""
+    """Multiclass loss (``topkbench.losses.dispatch.loss_value``) with k = 1."""
     u = np.ascontiguousarray(u, dtype=np.float64)
     m = u.shape[0]
     return loss_value(

@@ -13,7 +13,7 @@ with the closed forms (1/k) max{0, T_k}, (1/k) max{0, T_{k-1}, T_k} and
 (1/k) sum_{j<=k} max{0, z_[j]} at gamma = 0.  Top-k Ent (TPAMI Prop. 4) is
 ``max_{x in Delta_k^alpha(1)} <a, x> + H(x) + H(1 - <1,x>)`` with ``H(p) = -p log p``.
 
-Pairing with the kernels' conjugate (read from ``topkbench/kernels/sdca.py``):
+Pairing with the kernels' conjugate (read from ``topkbench/losses/dispatch.py``):
 ``neg_conjugate_value(loss, y, a, C, gamma, k) = -L*(y, v)`` at ``v = -a / C``, where
 ``v^{\\y} = x`` lies in S and ``v_y = -<1, x>``; for the hinges ``-L*(v) = <1,x> - gamma/2
 ||x||^2``, for top-k Ent ``-L*(v) = H(x) + H(1 - <1,x>)``.  Since ``<s, v> = <z, x> - <1, x>``
@@ -35,7 +35,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from topkbench.kernels.sdca import loss_value, neg_conjugate_value
+from topkbench.losses.dispatch import loss_value, neg_conjugate_value
 from topkbench.losses.registry import get_method
 from topkbench.solvers.ent_tr import ent_tr_loss_and_grad
 

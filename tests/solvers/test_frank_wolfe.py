@@ -19,7 +19,7 @@ from scipy.optimize import linprog
 
 import topkbench
 from topkbench.errors import ConfigError
-from topkbench.kernels.wtopk import wtopk_value, wtopk_vertices
+from topkbench.losses.weighted_topk import wtopk_value, wtopk_vertices
 from topkbench.solvers.frank_wolfe import weight_vector
 
 N, D, M, K = 14, 3, 4, 2
@@ -208,7 +208,7 @@ def test_weight_schemes_and_validation():
 def test_top_k_selection_matches_a_sort():
     """The allocation-free top-K selection of the vertex kernel (insertion for K <= 32, a sort
     above) returns the K largest margins in decreasing order, ties included."""
-    from topkbench.kernels.wtopk import _margins_sorted
+    from topkbench.losses.weighted_topk import _margins_sorted
 
     rng = np.random.default_rng(0)
     for K in (1, 3, 5, 40):
@@ -226,7 +226,7 @@ def test_atom_products_match_dense_products():
     Gram operands; hash lookup finds atoms, compaction keeps order."""
     import scipy.sparse as sp
 
-    from topkbench.kernels.wtopk import atom_hash, atom_matrix, compact_active, find_atom
+    from topkbench.losses.weighted_topk import atom_hash, atom_matrix, compact_active, find_atom
     from topkbench.solvers.frank_wolfe import _Ops
 
     X, y = problem(6, n=25, d=7, m=6)
@@ -260,7 +260,7 @@ def test_active_set_reproduces_the_dual(variant, monkeypatch):
     the convex combination of the active atoms is the final dual iterate: its dual value is
     the one reported, and the weights sum to 1."""
     import topkbench.solvers.frank_wolfe as fwmod
-    from topkbench.kernels.wtopk import atom_matrix
+    from topkbench.losses.weighted_topk import atom_matrix
 
     made = []
 

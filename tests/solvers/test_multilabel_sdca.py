@@ -39,8 +39,8 @@ from hypothesis import strategies as st
 
 import topkbench
 from topkbench.errors import ConfigError, ConvergenceWarning, InputError
-from topkbench.kernels.multilabel import loss_value_ml, update_block_ml
 from topkbench.losses.ids import LOSS_SVM_ML
+from topkbench.losses.multilabel import loss_value_ml, update_block_ml
 
 # --- problems and objective values -----------------------------------------------------------
 

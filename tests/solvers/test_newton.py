@@ -118,7 +118,7 @@ def test_nonsmooth_hinge_continues_to_gamma_zero(problem_factory):
     model = topkbench.fit(X, y, "svm_multi", C=100.0, eps=1e-6, accelerate="newton")
     assert model.converged and len(model.info["gamma_stages"]) > 1
     stages = model.info["gamma_stages"]
-    assert stages[0] == 1.0 and all(b < a for a, b in zip(stages, stages[1:]))
+    assert stages[0] == 1.0 and all(b < a for a, b in zip(stages, stages[1:], strict=False))
     plain = topkbench.fit(X, y, "svm_multi", C=100.0, eps=1e-6, max_epochs=10**6,
                           accelerate="never")  # fmt: skip
     assert model.primal == pytest.approx(plain.primal, rel=2e-6)

@@ -437,7 +437,7 @@ def softmax_block_by_s(b, alpha):
 
 def reference_block(method, y, s, a, K, C, gamma):
     """New dual block a_i maximising D with the other blocks fixed (module doc of
-    topkbench/kernels/sdca.py for the scaling: a = -C v, v in dom L*)."""
+    topkbench/losses/dispatch.py for the scaling: a = -C v, v in dom L*)."""
     m = s.shape[0]
     q = s - K * a
     out = np.empty(m)

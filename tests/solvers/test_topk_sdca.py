@@ -46,7 +46,7 @@ from hypothesis import strategies as st
 import topkbench
 from topkbench.errors import ConvergenceWarning
 from topkbench.gram import rbf_kernel
-from topkbench.kernels.sdca import loss_value, neg_conjugate_value
+from topkbench.losses.dispatch import loss_value, neg_conjugate_value
 from topkbench.losses.registry import get_method
 from topkbench.solvers.ent_tr import ent_tr_loss_and_grad
 

@@ -51,7 +51,7 @@ def bench_bipartite(
     algorithms project the same batch and only the projection calls are timed (after a
     compile warm-up).  The thresholds of both are compared as a correctness check.
     """
-    from topkbench.kernels.bipartite import (
+    from topkbench.prox.bipartite import (
         METHOD_SORTING,
         METHOD_VARIABLE_FIXING,
         project_batch,

@@ -26,7 +26,7 @@ class KatoTracePoint:
 
 def _sdca_study(X, y, m, loss_id, label, k, C, iters, seed) -> list[KatoTracePoint]:
     """SDCA epochs on the raw kernel, gap measured with the printed alpha primal after each."""
-    from topkbench.kernels import sdca as _k
+    from topkbench.solvers import epochs as _k
     from topkbench.solvers.problem import as_label_csr, evaluate_objective, row_sqnorms
 
     printed = get_method("topk_svm_alpha").loss_id

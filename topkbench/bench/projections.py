@@ -43,11 +43,11 @@ def bench_projections(
     progress=None,
 ) -> list[ProjectionBenchRow]:
     """TPAMI Fig. 3a: time ``problems`` projections of N(0, 1) vectors of each dimension onto
-    each set (``kernels.projection_batch``), one core, compiled before timing.  Data comes in
+    each set (``bench.projection_batch``), one core, compiled before timing.  Data comes in
     batches of at most ``batch_bytes`` from one seeded generator; every method projects the
     same batch and only the batched kernel call is timed.  Sets that need ``k < d`` skip the
     smaller dimensions."""
-    from topkbench.kernels.projection_batch import project_rows
+    from topkbench.bench.projection_batch import project_rows
 
     unknown = [m for m in methods if m not in PROJECTION_METHODS]
     if unknown:

@@ -89,7 +89,7 @@ def scale_worker(xpath: str, ypath: str | None, method: str, C: float, gamma: fl
     trace = model.trace
     per_epoch = [b.seconds - a.seconds for a, b in zip(trace, trace[1:], strict=False)]
     # one more epoch of the bare kernel (no W resync, no certificate), as bench sdca times it
-    from topkbench.kernels import sdca as _k
+    from topkbench.solvers import epochs as _k
     from topkbench.solvers.problem import _as_features, as_label_csr, row_sqnorms
 
     _, X = _as_features(ff.X)

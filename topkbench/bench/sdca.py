@@ -81,7 +81,7 @@ def bench_sdca(
     seed: int = 0,
     peak_gflops: float | None = None,
 ) -> list[SDCABenchRow]:
-    from topkbench.kernels import sdca as _k
+    from topkbench.solvers import epochs as _k
     from topkbench.solvers.problem import (
         as_label_csr,
         evaluate_objective,

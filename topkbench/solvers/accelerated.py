@@ -14,7 +14,7 @@ centre Z,
     lambda' = lambda + kappa,   W0 = (kappa / lambda') Z.
 
 Its dual has the same per-example conjugate domains and ``W(alpha) = W0 + 1/(lambda' n)
-sum_i x_i alpha_i^T``.  In the kernels' scale (``A = C alpha``, ``topkbench.kernels.sdca``) that
+sum_i x_i alpha_i^T``.  In the kernels' scale (``A = C alpha``, ``topkbench.losses.dispatch``) that
 is plain SDCA with ``C' = C / r``, ``r = lambda' / lambda``, on ``A' = A / r``, with W started at
 ``W0 + X^T A'``: the block updates only read the current scores, so the kernels run unchanged
 (the Gram kernel takes the coefficients ``B = B0 + A'`` of W separately).

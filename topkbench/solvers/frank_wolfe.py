@@ -1,6 +1,6 @@
 """Frank-Wolfe solvers for the (smoothed) weighted top-k SVM (papers/004 §5-6; DESIGN §3).
 
-Scale and conventions as SDCA (DESIGN §2, ``topkbench.kernels.sdca``): ``C = 1/(lambda n)``,
+Scale and conventions as SDCA (DESIGN §2, ``topkbench.losses.dispatch``): ``C = 1/(lambda n)``,
 ``W = sum_i x_i a_i^T`` (Kato's ``A^T / (lambda n)`` is our ``A / C``), and internally the scale
 ``P / lambda``.  With ``-Phi*(-a/C; y) = a_y / C`` (Kato Thm. 2) the dual is::
 
@@ -15,7 +15,7 @@ Gram ``K + (gamma/C) I``; nothing augmented is ever formed.
 
 * **Gradient** ``G_i = e_{y_i} - s~_i``; the **vertex** maximizing ``<G, U>`` is
   ``U_i = -C grad Phi(s~_i)`` (Kato Lemma 3 / eq. (24), a subgradient of the weighted hinge;
-  ``topkbench.kernels.wtopk``), O(m K) per example (insertion; a sort for K > 32).
+  ``topkbench.losses.weighted_topk``), O(m K) per example (insertion; a sort for K > 32).
 * **Gap**: ``<G, U - A>`` equals ``P^(W~) - D^(A)`` with ``P^ = 1/2 ||W~||^2 + C sum_i
   Phi(s~_i)`` (Kato eq. (27)); it is the stopping rule.  For gamma = 0, P^ is exactly P(W)/lambda.
   For gamma > 0, P^(W~) >= P_smooth(W) (the Moreau envelope is the minimum over the augmented
@@ -52,7 +52,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from topkbench.errors import ConvergenceWarning
-from topkbench.kernels import wtopk as _w
+from topkbench.losses import weighted_topk as _w
 from topkbench.solvers.problem import TracePoint, check_certificate, relative_gap
 
 VARIANTS = ("standard", "away", "pairwise")
@@ -93,7 +93,8 @@ class _Ops:
         return float(np.vdot(A, S)) if self.gram else float(np.vdot(W, W))
 
     def atom_product(self, atom, y, rho, C) -> np.ndarray:
-        """``X^T V`` (or ``K V``) for an atom's matrix V, in O(nnz(X) K) (kernels/wtopk.py)."""
+        """``X^T V`` (or ``K V``) for an atom's matrix V, in O(nnz(X) K)
+        (:mod:`topkbench.losses.weighted_topk`)."""
         X = self.X
         outT = np.zeros((self.m, X.shape[1]))
         if self.csr:

@@ -19,7 +19,7 @@ The losses, their gradients and (generalized) Hessians in the scores:
 
 * LR^Multi ``L = logsumexp(s) - s_y``: ``G = p - e_y``, ``H = diag(p) - p p^T``,
   ``p = softmax(s)``.
-* LR^ML (all-class form, :mod:`topkbench.kernels.multilabel`) ``L = logsumexp(s) - mean_Y s``:
+* LR^ML (all-class form, :mod:`topkbench.losses.multilabel`) ``L = logsumexp(s) - mean_Y s``:
   ``G = p - 1_Y / |Y|``, the same H.  Examples with Y empty or complete carry no loss (the
   kernels give them loss 0 and block 0) and are skipped here too.
 * LR^OVA ``L = sum_c log(1 + exp(-t_c s_c))`` (``t_c = +1`` for the label, -1 otherwise):
@@ -34,7 +34,7 @@ The losses, their gradients and (generalized) Hessians in the scores:
   ``t = 0``, ``I_S - 1_S 1_S^T / |S|`` when the sum constraint binds (t > 0).  H is
   piecewise constant, so this is a semismooth Newton method.
 * The top-k hinges (gamma > 0), top-k Ent and SVM^ML_gamma: the gradient is the kernels'
-  block update of a zero-norm example (:func:`topkbench.kernels.sdca.gradient_duals`; it
+  block update of a zero-norm example (:func:`topkbench.losses.dispatch.gradient_duals`; it
   maximizes ``<v, s> - L*(v)``), and H_i are its forward differences along each score,
   symmetrized.  The smoothed hinges' gradients are projections onto polytopes, piecewise
   linear, so off a kink the differences are their (generalized) Jacobians exactly.
@@ -62,8 +62,9 @@ holds for the stage's loss; the gamma = 0 gap adds the smoothing's share.
 **Globalization.** Backtracking (Armijo) line search on F along the Newton direction, with the
 kernels' loss values; the scores along it are ``S + t X Delta``, so a trial step costs no
 product with X.  Rounded or finite-difference H_i can leave the assembled Hessian a few ulps
-short of positive definite; :func:`_newton_step` then shifts its diagonal (Levenberg).  When the line search fails (F no longer decreases: the rounding floor), the
-solver hands the run back with its dual, which plain SDCA continues from.
+short of positive definite; :func:`_newton_step` then shifts its diagonal (Levenberg).  When
+the line search fails (F no longer decreases: the rounding floor), the solver hands the run
+back with its dual, which plain SDCA continues from.
 """
 
 from __future__ import annotations
@@ -75,8 +76,8 @@ import scipy.linalg
 import scipy.sparse as sp
 from scipy.special import expit, logsumexp
 
+from topkbench.losses import dispatch as _k
 from topkbench.losses import ids
-from topkbench.kernels import sdca as _k
 from topkbench.solvers.accelerated import GAMMA_START, loss_smoothness, next_stage_gamma
 from topkbench.solvers.problem import Run, SDCAProblem, features_t_dot, relative_gap
 
@@ -104,7 +105,7 @@ def newton_applicable(prob: SDCAProblem) -> bool:
 
 def _simplex_project(w):
     """Row-wise projection onto ``{v >= 0, sum v <= 1}``; returns ``(v, t)`` with ``v = (w -
-    t)_+`` and ``t = 0`` where the sum constraint does not bind (``-inf`` entries stay 0)."""
+    t)_+`` and ``t = 0`` where the sum constraint does not bind."""
     pos = np.maximum(w, 0.0)
     t = np.zeros(w.shape[0])
     binds = pos.sum(axis=1) > 1.0
@@ -144,7 +145,7 @@ class _Derivatives:
 
     def _kernel_gradient(self, S, gamma: float, a: int = 0, b: int | None = None):
         """``grad L_gamma`` at the scores ``S`` of the rows ``a:b`` by the kernels'
-        zero-norm block update (:func:`topkbench.kernels.sdca.gradient_duals`, with C = 1)."""
+        zero-norm block update (:func:`topkbench.losses.dispatch.gradient_duals`, with C = 1)."""
         yptr, yidx = self.y
         b = S.shape[0] + a if b is None else b
         ptr = yptr[a : b + 1] - yptr[a]
@@ -218,7 +219,6 @@ class _Derivatives:
         scale = np.where(binds[a:b], 1.0 / np.maximum(size, 1.0), 0.0)
         H -= scale[:, None, None] * u[:, :, None] * u[:, None, :]
         return H / gamma
-
 
     def _difference_hessians(self, a: int, b: int):
         """Forward differences of the kernels' gradient along each score.  The smoothed

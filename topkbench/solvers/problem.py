@@ -16,7 +16,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from topkbench.errors import SolverError
-from topkbench.kernels import sdca as _k
+from topkbench.losses import dispatch as _k
+from topkbench.solvers import epochs as _e
 
 
 class TracePoint(NamedTuple):
@@ -131,7 +132,7 @@ def evaluate_objective(X, y, A, W, loss_id: int, C: float, gamma: float, k: int,
     ``y`` as accepted by :func:`as_label_csr`.  The scores ``X W`` are formed by row blocks
     when :func:`_blocked` (the kernel carries its running sums across blocks, so the result
     is the same as in one call).  ``gaps`` (length n), if given, receives the per-example
-    Fenchel-Young gaps of :func:`topkbench.kernels.sdca.objective_terms` (P / lambda scale)."""
+    Fenchel-Young gaps of :func:`topkbench.losses.dispatch.objective_terms` (P / lambda scale)."""
     n = A.shape[0]
     yptr, yidx = as_label_csr(y)
     g = _NO_GAPS if gaps is None else gaps
@@ -207,15 +208,15 @@ class SDCAProblem:
         problems).  Returns the count of failed inner root findings."""
         yptr, yidx = self.y
         if self.kind == "gram":
-            return _k.sdca_epochs_gram(
+            return _e.sdca_epochs_gram(
                 self.X, yptr, yidx, A, rep, perms, self.loss_id, C, gamma, self.k, troots
             )
         if self.kind == "dense":
-            return _k.sdca_epochs_dense(
+            return _e.sdca_epochs_dense(
                 self.X, yptr, yidx, self.sqnorms, A, rep, perms, self.loss_id, C, gamma,
                 self.k, troots,
             )  # fmt: skip
-        return _k.sdca_epochs_csr(
+        return _e.sdca_epochs_csr(
             self.indptr, self.indices, self.X.data, yptr, yidx, self.sqnorms, A, rep, perms,
             self.loss_id, C, gamma, self.k, troots,
         )  # fmt: skip

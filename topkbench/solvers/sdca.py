@@ -1,6 +1,6 @@
 """SDCA driver (DESIGN §5): epochs in numba, stopping rule and certificate in Python.
 
-The numba kernels (``topkbench.kernels.sdca``) work in the scale ``P / lambda``; this module
+The numba kernels (``topkbench.losses.dispatch``) work in the scale ``P / lambda``; this module
 reports primal, dual and relative gap in the P(W) scale of DESIGN §2::
 
     P(W) = lambda/2 ||W||^2 + 1/n sum_i L(y_i, W^T x_i),   C = 1 / (lambda n)
@@ -125,7 +125,7 @@ def solve_sdca(
     (from the trace and the active-set size only, so the run stays reproducible).
 
     Shrinking (``shrink=True``): every certificate evaluation also yields each example's
-    Fenchel-Young gap ``g_i`` (:func:`topkbench.kernels.sdca.objective_terms`; ``sum_i g_i``
+    Fenchel-Young gap ``g_i`` (:func:`topkbench.losses.dispatch.objective_terms`; ``sum_i g_i``
     is the duality gap).  ``g_i = 0`` means block i is already the maximizer of its update;
     the epochs until the next evaluation skip the examples with ``a_i = 0`` and ``g_i = 0``,
     i.e. zero loss (each epoch's permutation is still drawn in full and filtered, so the random

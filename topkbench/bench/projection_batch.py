@@ -1,7 +1,7 @@
 """Batched projections for ``topkbench bench projections`` (TPAMI 002 §5, Fig. 3a): one call
 projects every row of a batch, so the timing holds no Python call overhead per problem.
 
-Sets (``PROJ_*``), all with radius r (DESIGN §4; ``topkbench.kernels.topk``):
+Sets (``PROJ_*``), all with radius r (DESIGN §4; ``topkbench.prox.topk``):
 the simplex ``{x >= 0, <1,x> = r}`` by Kiwiel's variable fixing (``projections``, the paper's
 "Delta"), the top-k simplex Delta_k^alpha(r), Delta_k^beta(r), D_k(r) (sort + sweep), and the
 top-k entropic prox of TPAMI Prop. 15 (``topk_entropy``, at ``alpha = r``).  Each problem
@@ -18,15 +18,15 @@ import math
 import numpy as np
 from numba import njit
 
-from topkbench.kernels.projections import apply_threshold, simplex_threshold
-from topkbench.kernels.topk import (
+from topkbench.losses.topk_entropy import topk_ent_prox
+from topkbench.prox.projections import apply_threshold, simplex_threshold
+from topkbench.prox.topk import (
     SET_ALPHA,
     SET_BETA,
     SET_DK,
     apply_box_threshold,
     topk_threshold,
 )
-from topkbench.kernels.topk_entropy import topk_ent_prox
 
 PROJ_SIMPLEX = 0
 PROJ_ALPHA = 1

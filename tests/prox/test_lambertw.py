@@ -10,7 +10,7 @@ import scipy.special as sps
 from hypothesis import given
 from hypothesis import strategies as st
 
-from topkbench.kernels.lambertw import lambertw_exp, lambertw_exp_array, lambertw_exp_inverse
+from topkbench.prox.lambertw import lambertw_exp, lambertw_exp_array, lambertw_exp_inverse
 
 ULPS = 4.0
 
@@ -194,7 +194,7 @@ def test_series_interpolant_of_w_over_x():
     the extended-precision Newton on the series range."""
     import decimal
 
-    from topkbench.kernels import lambertw as lw
+    from topkbench.prox import lambertw as lw
 
     coefs = lw._economized_series(10)
     assert coefs == (lw._G0, lw._G1, lw._G2, lw._G3, lw._G4, lw._G5, lw._G6, lw._G7, lw._G8,

@@ -1,5 +1,5 @@
 """Euclidean projection onto the bipartite simplex (TPAMI, 002 §3.3 eq. (7), §5.3 eq. (17),
-Prop. 19), ``topkbench.kernels.bipartite``.
+Prop. 19), ``topkbench.prox.bipartite``.
 
 Problem (17), with ``B(r) = {(x, y) : x >= 0, y >= 0, <1,x> = <1,y> <= r}``::
 
@@ -41,12 +41,12 @@ import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
-from topkbench.kernels.bipartite import (
+from topkbench.prox.bipartite import (
     bipartite_thresholds,
     bipartite_thresholds_sorted,
     project_bipartite,
 )
-from topkbench.kernels.projections import simplex_threshold
+from topkbench.prox.projections import simplex_threshold
 
 EPS = float(np.finfo(np.float64).eps)
 METHODS = ("variable_fixing", "sorting")

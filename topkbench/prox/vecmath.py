@@ -7,17 +7,17 @@ exponent handled through an int64 view of a float64 array), compiled with
 ``error_model="numpy"`` so that divisions carry no zero check and with fastmath "contract"
 only (multiply-adds become FMAs: fewer instructions and one rounding instead of two; nothing
 is reassociated); LLVM turns them into AVX-512 / AVX2 code.  The series of V
-(:func:`~topkbench.kernels.lambertw.lambertw_series`), the softmax root's vector loops and the
+(:func:`~topkbench.prox.lambertw.lambertw_series`), the softmax root's vector loops and the
 LR^OVA Halley steps are compiled the same way (on the 99-entry vectors of ``bench sdca``:
 exp_shifted 144 -> 109 ns, the series 130 -> 92 ns).  ``exp_shifted`` is within 2 ulp of
 ``math.exp`` and ``log_into`` within 4 ulp of ``math.log``; ``exp_rough`` (a shorter
 polynomial, ~6e-9) only feeds iterates that exact steps correct afterwards
-(``tests/kernels/test_vecmath.py``).  Also here: the sum and the 8-lane maximum of a
+(``tests/prox/test_vecmath.py``).  Also here: the sum and the 8-lane maximum of a
 vector.
 
-Users: the softmax root of TPAMI eq. (14) (:mod:`topkbench.kernels.roots`), the top-k
-entropic prox (:mod:`topkbench.kernels.topk_entropy`), the LR^OVA block update and the
-certificates of the logistic and entropic losses (:mod:`topkbench.kernels.sdca`).
+Users: the softmax root of TPAMI eq. (14) (:mod:`topkbench.prox.roots`), the top-k
+entropic prox (:mod:`topkbench.losses.topk_entropy`), the LR^OVA block update and the
+certificates of the logistic and entropic losses (:mod:`topkbench.losses.dispatch`).
 """
 
 from __future__ import annotations
@@ -130,8 +130,8 @@ def vsum(x, n):
     """``sum_{j<n} x_j``; ``reassoc`` lets LLVM split it into vector lanes (a scalar sum is a
     chain of dependent adds, ~3 cycles per entry).  The order is fixed by the compiled code,
     so a run is reproducible on one machine.  Users: the certificate sums and the SDCA block
-    updates (:mod:`topkbench.kernels.sdca`), the entropic prox
-    (:mod:`topkbench.kernels.topk_entropy`)."""
+    updates (:mod:`topkbench.losses.dispatch`), the entropic prox
+    (:mod:`topkbench.losses.topk_entropy`)."""
     acc = 0.0
     for j in range(n):
         acc += x[j]
@@ -159,3 +159,12 @@ def vmax(x, n):
         a0 = max(a0, x[j])
         j += 1
     return max(max(max(a0, a1), max(a2, a3)), max(max(a4, a5), max(a6, a7)))
+
+
+@njit(cache=True, fastmath={"reassoc"}, error_model="numpy")
+def vdot(x, y, n):
+    """``sum_{j<n} x_j y_j`` (vectorized as :func:`vsum`)."""
+    acc = 0.0
+    for j in range(n):
+        acc += x[j] * y[j]
+    return acc

@@ -1,11 +1,11 @@
-"""The prefetch hint of the SDCA epoch loops (topkbench.kernels.prefetch)."""
+"""The prefetch hint of the SDCA epoch loops (topkbench.solvers.prefetch)."""
 
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
 
-from topkbench.kernels.prefetch import _prefetch, prefetch_at, prefetch_row
+from topkbench.solvers.prefetch import _prefetch, prefetch_at, prefetch_row
 
 
 @njit  # not cached: numba inspects only freshly compiled code

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from topkbench.kernels.roots import STATUS_OK, _logistic_dual_root, _sigmoid
-from topkbench.kernels.sdca import _lr_ova_block
+from topkbench.losses.ova import _lr_ova_block
+from topkbench.prox.roots import STATUS_OK, _logistic_dual_root, _sigmoid
 
 
 def _scalar_lr_ova(y, s, a, kii, C):
@@ -68,7 +68,7 @@ def test_lr_ova_block_zero_norm_example():
 def test_aligned_zeros_rows_start_on_cache_lines():
     """The epoch kernel's padded W and pass vectors: zeros, C-contiguous, the first element on
     a 64-byte boundary, so every row is when the width is a multiple of 8."""
-    from topkbench.kernels.sdca import _aligned_zeros
+    from topkbench.solvers.epochs import _aligned_zeros
 
     for r, c in [(128, 104), (4, 8), (3, 5)]:
         a = _aligned_zeros(r, c)

@@ -16,7 +16,7 @@ coordinate capped); then ``s = sigmoid(A + log k)`` and ``L = log(1 + k e^A)`` w
 ``A = sum_j a_j / k``.
 
 **Prox (Prop. 15-16).**  ``min_{x in Delta_k^alpha} alpha/2 (<x,x> + s^2) - <b,x> + <x, log x> +
-(1-s) log(1-s)``.  For ``u = 0`` this is eq. (14) (:func:`~topkbench.kernels.roots.
+(1-s) log(1-s)``.  For ``u = 0`` this is eq. (14) (:func:`~topkbench.prox.roots.
 _entropic_root`).  For ``u >= 1`` the paper solves the 2x2 system (13) by Newton, which is
 what diverges in the authors' code (DESIGN §4.2).  We eliminate ``s`` instead: the first line
 of (13) gives ``alpha s = S(t) / (1 - rho)`` with ``S(t) = sum_M V(b_j - t)``; the second,
@@ -59,8 +59,8 @@ import math
 import numpy as np
 from numba import njit
 
-from topkbench.kernels.lambertw import SERIES_T_MAX, lambertw_exp
-from topkbench.kernels.roots import (
+from topkbench.prox.lambertw import SERIES_T_MAX, lambertw_exp
+from topkbench.prox.roots import (
     _Q_LOG,
     NEWTON_MAX_ITER,
     STATUS_CAPPED_HINT,
@@ -72,8 +72,8 @@ from topkbench.kernels.roots import (
     _sigmoid,
     _v_sums,
 )
-from topkbench.kernels.topk import insert_top, sort_descending
-from topkbench.kernels.vecmath import exp_shifted, vmax, vsum
+from topkbench.prox.topk import insert_top, sort_descending
+from topkbench.prox.vecmath import exp_shifted, vmax, vsum
 
 # Below this alpha the prox is the alpha = 0 solution (Prop. 17 with a = b) to double precision:
 # the alpha-terms enter the stationarity conditions as alpha x_j and alpha (1 - s), both at most
@@ -253,7 +253,7 @@ def _m_sums(bs, u, t, ex, tmp, vals, t_ref):
     ``D2 = sum_M V/(1+V)^3 = S''`` over ``M = bs[u:]``.  ``ex``, ``tmp``, ``vals`` (length >=
     n) are scratch; ``ex[u:]`` holds ``e^{bs_j - t_ref}`` for the returned anchor ``t_ref``
     (pass it back in; NaN recomputes), moved when ``|t - t_ref| > _ANCHOR_SPAN`` as in
-    :func:`~topkbench.kernels.roots._entropic_root`."""
+    :func:`~topkbench.prox.roots._entropic_root`."""
     n = bs.shape[0]
     if not abs(t - t_ref) <= _ANCHOR_SPAN:
         t_ref = t
@@ -271,7 +271,7 @@ def _ent_h(u, kf, alpha, A, t, S, D1, D2):
     Second derivative (for Halley's method): ``sigma' = -D1 / (k (1-rho))``, ``sigma'' = D2 /
     (k (1-rho))``, ``g'' = rho ((1 + 1/sigma) sigma'' - sigma'^2 / sigma^2)`` and ``h'' =
     S''/(1-rho) + V''(g) g'^2 + V'(g) g''`` with ``V' = V/(1+V)``, ``V'' = V/(1+V)^3``
-    (``tests/kernels/test_topk_entropy.py`` checks both derivatives by finite differences)."""
+    (``tests/losses/test_topk_entropy.py`` checks both derivatives by finite differences)."""
     rho = u / kf
     om = 1.0 - rho
     sigma = S / (kf * om)
@@ -309,7 +309,7 @@ def _ent_f(u, kf, alpha, A, t, S, D1, D2):
     capped prox 2.38 -> 2.24 us, in isolation).  F is strictly increasing: with ``P' =
     -D1/(1-rho) < 0`` and ``c = 1 + 1/Q + rho/k + rho/P > 0``, ``F' = (1-rho) - P' c > 0``;
     and ``F'' = -P'' c - P'^2 (1/Q^2 - rho/P^2)`` with ``P'' = D2/(1-rho)`` (checked by
-    finite differences in ``tests/kernels/test_topk_entropy.py``).
+    finite differences in ``tests/losses/test_topk_entropy.py``).
     Near the root ``F ~ -(1 + 1/Q) h`` (``V^{-1}' = 1 + 1/v``).
     """
     rho = u / kf
@@ -383,7 +383,7 @@ def _ent_root_capped(bs, u, kf, alpha, A, t_guess, ex, tmp, vals, at_guess, v_to
     capped update 2.34 -> 2.24 us).  ``at_guess`` says what is known at ``t_guess``:
     ``GUESS_NONE`` nothing; ``GUESS_EXACT``: ``sums`` are the sums over all n entries at
     ``t_guess`` (as :func:`_m_sums` returns them; the u = 0 root's,
-    :func:`~topkbench.kernels.roots._entropic_root`), and the first evaluation takes M's from
+    :func:`~topkbench.prox.roots._entropic_root`), and the first evaluation takes M's from
     them (all minus the u largest) instead of a pass, with ``v_top`` (NaN: unknown) ``V(bs_0 -
     t_guess)``, the largest value, which saves its evaluation for ``u = 1``; ``GUESS_ROUGH``:
     the same sums from rough values (a capped hint's), which only aim one Halley step, neither
@@ -547,7 +547,7 @@ def topk_ent_prox(b, alpha, k, out, vals, srt, near, ex, tmp, pos, t_start):
 
     A capped hint (``1 < k < n``): the first, rough evaluation of the ``u = 0`` root at
     ``t_start`` tests whether the largest entry is above the cap there
-    (:func:`~topkbench.kernels.roots._entropic_root`, ``k_hint``).  If it is, the capped
+    (:func:`~topkbench.prox.roots._entropic_root`, ``k_hint``).  If it is, the capped
     candidates start from that point (one Halley step aimed from the rough sums, then full
     evaluations: ``GUESS_ROUGH``) and the ``u = 0`` root is skipped; it is run only if they
     find no consistent set.  With the capped solution's t kept as the warm start, an example

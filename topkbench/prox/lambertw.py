@@ -19,7 +19,7 @@ Algorithm otherwise: a start accurate to about 1e-4 (Chebyshev interpolants on [
 iteration (Fritsch, Shafer & Crowley 1973), written in terms of ``t`` so that ``exp(t)`` is
 never formed for large ``t`` (details in :func:`lambertw_exp`).  Accuracy is tested against
 ``scipy.special.lambertw(exp(t))`` and an extended-precision Newton in
-``tests/kernels/test_lambertw.py``.
+``tests/prox/test_lambertw.py``.
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def lambertw_series(x: float) -> float:
     the module docstring, by Estrin's scheme (pairs, then powers x^2, x^4, x^8).  No branch
     and a dependency chain of four levels, so the evaluations of consecutive coordinates
     overlap in the CPU (bench sdca's lr_multi and topk_ent epochs, see
-    :func:`topkbench.kernels.roots._entropic_root`); against the 18-term series it replaced,
+    :func:`topkbench.prox.roots._entropic_root`); against the 18-term series it replaced,
     99 entries 87 -> 58 ns."""
     x2 = x * x
     x4 = x2 * x2
@@ -142,7 +142,7 @@ def lambertw_exp(t: float) -> float:
 
     Below ``SERIES_T_MAX`` the Lagrange series; above it a start accurate to ~1e-4 and one
     step of Fritsch's iteration (fourth order, so the start's error ends below rounding;
-    within 2 ulp of the exact value, ``tests/kernels/test_lambertw.py``):
+    within 2 ulp of the exact value, ``tests/prox/test_lambertw.py``):
 
     * ``-3 <= t < 1``: ``e^t P(t)`` with ``P`` the degree-8 interpolant of ``V(t) e^{-t} =
       W(x)/x`` (values in [0.57, 0.96]) at Chebyshev points; residual ``log(e^t / w) - w``

@@ -1,5 +1,5 @@
 """Biased projections onto the top-k sets (NIPS 001 §4; TPAMI 002 eqs. (2)-(3), Prop. 14;
-DESIGN §4.1, §4.4-4.5), ``topkbench.kernels.topk``.
+DESIGN §4.1, §4.4-4.5), ``topkbench.prox.topk``.
 
 Problem: ``argmin_x f(x) = 1/2 ||x - b||^2 + rho/2 <1,x>^2`` over ``S(r)``, one of
 
@@ -54,8 +54,8 @@ from hypothesis import assume, given, note, settings
 from hypothesis import strategies as st
 from scipy.optimize import linprog
 
-from topkbench.kernels.projections import apply_threshold, simplex_biased_threshold
-from topkbench.kernels.topk import (
+from topkbench.prox.projections import apply_threshold, simplex_biased_threshold
+from topkbench.prox.topk import (
     PRESELECT_MIN_N,
     SET_ALPHA,
     SET_BETA,
@@ -94,7 +94,7 @@ def thresholds(kind, b, k, rho, r):
 
 
 def biased_simplex_projection(b, rho, r):
-    """Reference for k = 1: ``x = max(b - t, 0)`` (tests/kernels/test_projections.py)."""
+    """Reference for k = 1: ``x = max(b - t, 0)`` (tests/prox/test_projections.py)."""
     b = np.ascontiguousarray(b, dtype=np.float64)
     t = simplex_biased_threshold(b, float(rho), float(r), np.empty(b.shape[0], dtype=np.int64))
     x = np.empty_like(b)
@@ -718,7 +718,7 @@ def test_hand_computed_cases():
     np.testing.assert_allclose(project(SET_DK, np.full(5, 7.0), 3, 0.0, 1.0), 0.2)
 
 
-# --- long vectors: candidate pre-selection (module docstring of topkbench.kernels.topk) -----
+# --- long vectors: candidate pre-selection (module docstring of topkbench.prox.topk) -----
 
 
 def full_sort_thresholds(kind, b, k, rho, r):

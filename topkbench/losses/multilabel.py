@@ -1,6 +1,6 @@
 """Multilabel losses: SVM^ML_gamma and LR^ML (TPAMI, 002 §3.3, Props. 5-7, 18-20).
 
-Conventions as in :mod:`topkbench.kernels.sdca` (scale ``P / lambda``, ``C = 1/(lambda n)``,
+Conventions as in :mod:`topkbench.losses.dispatch` (scale ``P / lambda``, ``C = 1/(lambda n)``,
 dual blocks ``a_i`` in the paper's scale, ``v = -a_i / C`` the conjugate argument).  An
 example's label set ``Y`` (``k = |Y|``) is a sorted index slice; ``Ybar`` is its complement;
 ``mask`` (bool, length m) marks ``Y`` while a block is processed.
@@ -35,7 +35,7 @@ simplex (Prop. 7).  *Update* (Prop. 20): ``a = -C (p - 1_Y / k)`` with ``p_j = V
 ``alpha = C K``, ``c_j = q_j + [j in Y] alpha / k`` and ``t`` the root of eq. (19)
 ``sum_j V(c_j - t) = alpha``.  Shifting ``t`` by ``c_{y0} - alpha`` (``y0`` the first label)
 turns (19) into eq. (14) of LR^Multi, so the same bracketed Halley solver
-(:func:`topkbench.kernels.roots._entropic_root`) is used.  For ``alpha -> 0`` the update
+(:func:`topkbench.prox.roots._entropic_root`) is used.  For ``alpha -> 0`` the update
 tends to ``p = softmax(q)``, used below ``alpha = 1e-16`` (zero-norm examples included).
 
 Examples with ``Y`` empty or complete carry no ranking constraint; the Python layer excludes
@@ -48,10 +48,10 @@ import math
 
 from numba import njit
 
-from topkbench.kernels.bipartite import bipartite_thresholds
-from topkbench.kernels.lambertw import lambertw_exp
-from topkbench.kernels.roots import STATUS_OK, _entropic_root
 from topkbench.losses.ids import LOSS_LR_ML, LOSS_SVM_ML  # noqa: E402
+from topkbench.prox.bipartite import bipartite_thresholds
+from topkbench.prox.lambertw import lambertw_exp
+from topkbench.prox.roots import STATUS_OK, _entropic_root
 
 ALPHA_TINY = 1e-16
 

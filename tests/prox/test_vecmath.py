@@ -1,4 +1,4 @@
-"""The vectorizable exp and log of the numba kernels (topkbench.kernels.vecmath) against math."""
+"""The vectorizable exp and log of the numba kernels (topkbench.prox.vecmath) against math."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from topkbench.kernels.vecmath import exp_rough, exp_shifted, log_into, vmax
+from topkbench.prox.vecmath import exp_rough, exp_shifted, log_into, vmax
 
 
 def test_exp_shifted_matches_math_exp():

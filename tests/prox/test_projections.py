@@ -18,7 +18,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from topkbench.kernels.projections import (
+from topkbench.prox.projections import (
     apply_threshold,
     simplex_biased_threshold,
     simplex_threshold,

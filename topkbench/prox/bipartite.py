@@ -18,7 +18,7 @@ with ``t = mu + nu``, ``s = -mu``, so ``t + s = nu >= 0`` and ``nu (<1,x> - r) =
    ``g`` is non-increasing, so the root is found by variable fixing (steps 2-5) or by sorting.
    If ``max b + max bbar <= 0`` the solution is 0 (any ``t`` in ``[max b, -max bbar]``).
 
-**Correction to TPAMI §5.3, step 5** (checked numerically, ``tests/kernels/test_bipartite.py``):
+**Correction to TPAMI §5.3, step 5** (checked numerically, ``tests/prox/test_bipartite.py``):
 on the free sets ``I_x``, ``I_y`` the candidate ``t`` equalizes ``sum_{I_x}(b - t)`` and
 ``sum_{I_y}(bbar + t)``, so ``g(t) = Delta_y - Delta_x``.  If ``Delta_x > Delta_y`` then
 ``g(t) < 0``, the root ``t* < t``, and it is the **y** variables in ``I_y^L`` that are certainly
@@ -26,7 +26,7 @@ zero at ``t*`` (``bbar_j + t* < bbar_j + t <= 0``) and may be fixed; if ``Delta_
 x variables in ``I_x^L`` are.  The paper prints the opposite assignment ("If Delta_x > Delta_y,
 update I_x ..."); implemented literally it stalls on most inputs: step 5 then removes an
 empty set and steps 2-5 repeat forever at a ``t`` that is not a root (1,952 of 2,000 small
-random problems in the check of ``tests/kernels/test_bipartite.py``).  With the corrected
+random problems in the check of ``tests/prox/test_bipartite.py``).  With the corrected
 rule each non-final pass removes at least one index (the side fixed has a strictly negative
 Delta), so the loop ends after at most ``m + n`` passes; in practice a handful.
 
@@ -40,7 +40,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from topkbench.kernels.projections import _fix_variables_knapsack
+from topkbench.prox.projections import _fix_variables_knapsack
 
 METHOD_VARIABLE_FIXING = 0
 METHOD_SORTING = 1

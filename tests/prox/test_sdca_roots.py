@@ -14,7 +14,7 @@ from hypothesis.extra import numpy as hnp
 from reference import V_reference
 from scipy.optimize import brentq
 
-from topkbench.kernels.roots import STATUS_OK, _entropic_root, _logistic_dual_root
+from topkbench.prox.roots import STATUS_OK, _entropic_root, _logistic_dual_root
 
 
 def softmax_prox_reference(b, alpha):
@@ -143,7 +143,7 @@ def test_v_step_is_taylor_to_rounding():
     V written in V are right (a wrong one shows at delta = 1e-3 as an error of ~1e-12 or more)
     and the remainder is below rounding.  Steps are powers of two, so that ``x - delta`` is
     exact and the reference sees no rounding of its argument."""
-    from topkbench.kernels.roots import _TAYLOR_SPAN, _v_step
+    from topkbench.prox.roots import _TAYLOR_SPAN, _v_step
 
     assert 2.0**-10 <= _TAYLOR_SPAN
     for x in (-700.0, -40.0, -5.0, -3.0, -0.5, 0.0, 0.75, 3.0, 18.0, 400.0, 1e6):
@@ -193,7 +193,7 @@ def test_lambertw_series_rough_error():
     """The rough series (degree-5 interpolant): within 1.5e-10 relative of V on the series
     range (x <= e^-3), and short of the full series' accuracy (so the rough evaluation is a
     different function)."""
-    from topkbench.kernels.lambertw import lambertw_series, lambertw_series_rough
+    from topkbench.prox.lambertw import lambertw_series, lambertw_series_rough
 
     x = np.exp(np.linspace(-40.0, -3.0, 2001))
     full = np.array([lambertw_series(v) for v in x])
@@ -215,7 +215,7 @@ def test_softmax_g_derivatives_and_forms(alpha, shift):
     against eq. (14)'s residual h (g < 0 exactly where h > 0), at points around the root.
     The log form holds where ``1 - s`` is of order 1; ``b`` large against alpha puts the root
     where ``Q = alpha - S`` is below ``_Q_LOG alpha``, and ``g = -h`` there."""
-    from topkbench.kernels.roots import _Q_LOG, _softmax_g
+    from topkbench.prox.roots import _Q_LOG, _softmax_g
 
     def form(t):
         return alpha - _softmax_sums(b, t)[0] > _Q_LOG * alpha

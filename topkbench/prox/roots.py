@@ -11,13 +11,13 @@ import math
 
 from numba import njit
 
-from topkbench.kernels.lambertw import (
+from topkbench.prox.lambertw import (
     SERIES_T_MAX,
     lambertw_exp,
     lambertw_series,
     lambertw_series_rough,
 )
-from topkbench.kernels.vecmath import exp_shifted, vmax
+from topkbench.prox.vecmath import exp_shifted, vmax
 
 STATUS_OK = 0
 STATUS_ROOT_NOT_CONVERGED = 1
@@ -35,7 +35,7 @@ _TWENTYFOURTH = 1.0 / 24.0  # (vdivpd, ~10 cycles per AVX-512 vector on Zen 4), 
 
 @njit(cache=True, error_model="numpy", fastmath={"contract"})
 def _series_values(ex, r, n, vals, cut):
-    """``vals[j] = V`` from :func:`~topkbench.kernels.lambertw.lambertw_series` at ``x =
+    """``vals[j] = V`` from :func:`~topkbench.prox.lambertw.lambertw_series` at ``x =
     min(ex_j r, cut)``, ``j < n`` (branch-free, vectorized; entries beyond the series range
     are clamped here and overwritten by the caller)."""
     for j in range(n):
@@ -44,7 +44,7 @@ def _series_values(ex, r, n, vals, cut):
 
 @njit(cache=True, error_model="numpy", fastmath={"contract"})
 def _series_values_rough(ex, r, n, vals, cut):
-    """:func:`_series_values` with :func:`~topkbench.kernels.lambertw.lambertw_series_rough`
+    """:func:`_series_values` with :func:`~topkbench.prox.lambertw.lambertw_series_rough`
     (~1.3e-10 relative, ~half the cost)."""
     for j in range(n):
         vals[j] = lambertw_series_rough(min(ex[j] * r, cut))
@@ -74,7 +74,7 @@ def _v_step(v, delta):
     derivatives of V written in V (from ``V' = V/(1+V)``): ``V'' = V/(1+V)^3``, ``V''' =
     V (1-2V)/(1+V)^5``, ``V'''' = V (1 - 8V + 6V^2)/(1+V)^7``.  Every derivative is at most
     ``V'`` in size, so for ``|delta| <= _TAYLOR_SPAN`` the remainder is below ``V' |delta|^5
-    / 120 < 1e-17 V'`` (``tests/kernels/test_sdca_roots.py``)."""
+    / 120 < 1e-17 V'`` (``tests/prox/test_sdca_roots.py``)."""
     inv = 1.0 / (1.0 + v)
     i2 = inv * inv
     w = v * inv
@@ -168,7 +168,7 @@ def _entropic_root(b, alpha, vals, ex, near, t_start, k_hint):
     [-17, -5] on the bench sdca problem), where V needs only ``e^{b_j - t} = ex_j e^{t_ref -
     t}`` with ``ex_j = e^{b_j - t_ref}`` computed at an anchor ``t_ref`` (moved when ``|t -
     t_ref| > _ANCHOR_SPAN``; every ``ex_j`` used then has ``b_j - t_ref < SERIES_T_MAX +
-    _ANCHOR_SPAN``, far inside the clamp of :func:`~topkbench.kernels.vecmath.exp_shifted`).
+    _ANCHOR_SPAN``, far inside the clamp of :func:`~topkbench.prox.vecmath.exp_shifted`).
     The few entries that can leave the series range inside the bracket (``b_j >= lo +
     SERIES_T_MAX``: t stays above the initial ``lo``, or above a capped hint's ``t_start``
     below it, see below) are listed once in ``near`` and get the closed form; everything else
@@ -181,7 +181,7 @@ def _entropic_root(b, alpha, vals, ex, near, t_start, k_hint):
     root), the iteration stops with ``STATUS_CAPPED_HINT``: t is ``t_start``, ``ex`` holds
     ``e^{b_j - t_start}`` (``t_ref = t_start``), ``vals`` the rough values and the sums are
     theirs.  The prox then looks for its capped solution from there
-    (:func:`~topkbench.kernels.topk_entropy.topk_ent_prox`) and comes back for the root only
+    (:func:`~topkbench.losses.topk_entropy.topk_ent_prox`) and comes back for the root only
     if it finds none.  The warm start the prox keeps for a capped solution is that solution's
     t, which can lie below this root's bracket (the u = 0 root is then far, and unneeded): a
     ``t_start`` up to ``_ANCHOR_SPAN`` below ``lo`` is evaluated all the same when
