@@ -133,6 +133,28 @@ def check_run_options(root: dict[str, Any]) -> None:
         check_int("topk entries", k, 1)
 
 
+class StopRule:
+    """The stopping rule of a fit, as :func:`topkbench.fit` takes it (a mixin of the configs
+    that carry ``eps``, ``max_epochs``, ``time_limit`` and ``eval_every``)."""
+
+    def stop_rule(self) -> dict[str, Any]:
+        return {"eps": self.eps, "max_epochs": self.max_epochs, "time_limit": self.time_limit,
+                "eval_every": self.eval_every}  # fmt: skip
+
+
+def method_options(method: str, *, weights: Any = "flat", fw: str = "standard",
+                   solver: str | None = None) -> dict[str, Any]:  # fmt: skip
+    """The :func:`topkbench.fit` keywords only some methods take: wtopk_svm's rank weights and
+    Frank-Wolfe variant, and a solver choice (only when one is made, so that rows without one
+    keep their record keys; fit refuses it for a method without that choice)."""
+    from topkbench.losses.registry import get_method
+
+    options = {"solver": solver} if solver else {}
+    if get_method(method).solver == "frank_wolfe":
+        options.update(weights=weights, fw=fw)
+    return options
+
+
 @dataclass(frozen=True)
 class DatasetConfig:
     name: str
@@ -179,7 +201,7 @@ class DatasetConfig:
 
 
 @dataclass(frozen=True)
-class TrainConfig:
+class TrainConfig(StopRule):
     """One training run (``topkbench train``)."""
 
     dataset: DatasetConfig
@@ -262,14 +284,8 @@ class SweepRow:
         return cls(**d)
 
     def fit_options(self) -> dict[str, Any]:
-        """Extra ``fit`` keywords of this row's method (only wtopk_svm has any)."""
-        from topkbench.losses.registry import get_method
-
-        if get_method(self.method).solver == "frank_wolfe":
-            return {"weights": self.weights, "fw": self.fw}
-        if self.solver:  # only rows that choose a solver change their records' keys
-            return {"solver": self.solver}
-        return {}
+        """Extra ``fit`` keywords of this row's method (:func:`method_options`)."""
+        return method_options(self.method, weights=self.weights, fw=self.fw, solver=self.solver)
 
     def variants(self) -> tuple[SweepRow, ...]:
         """The row once per (k, gamma) of its grids (itself when both are fixed)."""
@@ -283,7 +299,7 @@ class SweepRow:
 
 
 @dataclass(frozen=True)
-class ExperimentConfig:
+class ExperimentConfig(StopRule):
     """A sweep over C (and draws) for several rows and datasets, per-k selection (DESIGN §7)."""
 
     name: str

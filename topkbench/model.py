@@ -56,6 +56,22 @@ class Model:
     info: dict[str, Any] = field(default_factory=dict)  # solver-specific extras
     classes: NDArray | None = None  # the label of each score column (None: 0..m-1)
 
+    @classmethod
+    def from_result(cls, res, *, method: str, params: dict[str, Any], epochs: int,
+                    kernel: str | None = None, theta: float | None = None, X=None,
+                    info: dict[str, Any] | None = None, A=None) -> Model:  # fmt: skip
+        """The model of a solver result (primal, dual, gap, status, seconds, trace, W, A);
+        RBF models keep ``theta`` and their training features ``X``; ``A`` replaces the
+        result's dual (e.g. widened to rows that training left out)."""
+        rbf = kernel == "rbf"
+        return cls(
+            method=method, params=params, W=res.W, A=res.A if A is None else A,
+            primal=res.primal, dual=res.dual, relative_gap=res.relative_gap,
+            status=res.status, epochs=epochs, train_seconds=res.seconds, trace=res.trace,
+            kernel=kernel, theta=theta if rbf else None, X_train=X if rbf else None,
+            info=info or {},
+        )  # fmt: skip
+
     @property
     def n_classes(self) -> int:
         return self.A.shape[1]
@@ -266,22 +282,7 @@ def fit(
         )  # fmt: skip
         model.classes = classes
         return model
-    A0 = None
-    if warm_start is not None:
-        if isinstance(warm_start, Model):
-            if warm_start.method != spec.name:
-                raise ConfigError(
-                    f"warm_start is a {warm_start.method} model; expected {spec.name}"
-                )
-            C_old, A_old = warm_start.params["C"], warm_start.A
-        else:
-            C_old, A_old = warm_start
-        if A_old.shape != (n_rows, m):
-            raise ConfigError(
-                f"warm_start dual has shape {A_old.shape}; expected {(n_rows, m)} "
-                "(same training data)"
-            )
-        A0 = A_old * (C / C_old)
+    A0 = _warm_dual(warm_start, spec.name, (n_rows, m), C)
     feats = gram if gram is not None else X
     if keep is not None:
         rows = np.flatnonzero(keep)
@@ -313,24 +314,28 @@ def fit(
         A[keep] = res.A
         info["excluded_examples"] = int(n_rows - keep.sum())
     params = {"C": C, "k": k, "gamma": gamma, "eps": eps, "seed": seed}
-    return Model(
-        method=spec.name,
-        params=params,
-        W=res.W,
-        A=A,
-        primal=res.primal,
-        dual=res.dual,
-        relative_gap=res.relative_gap,
-        status=res.status,
-        epochs=res.epochs,
-        train_seconds=res.seconds,
-        trace=res.trace,
-        kernel=kernel,
-        theta=theta if kernel == "rbf" else None,
-        X_train=X if kernel == "rbf" else None,
-        info=info,
-        classes=classes,
-    )
+    model = Model.from_result(res, method=spec.name, params=params, epochs=res.epochs,
+                              kernel=kernel, theta=theta, X=X, info=info, A=A)  # fmt: skip
+    model.classes = classes
+    return model
+
+
+def _warm_dual(warm_start, method: str, shape: tuple[int, int], C: float):
+    """The warm-start dual rescaled to ``C`` (``C_new / C_old`` keeps it feasible), from a
+    model of ``method`` or a pair ``(C_old, A_old)``; None without a warm start."""
+    if warm_start is None:
+        return None
+    if isinstance(warm_start, Model):
+        if warm_start.method != method:
+            raise ConfigError(f"warm_start is a {warm_start.method} model; expected {method}")
+        C_old, A_old = warm_start.params["C"], warm_start.A
+    else:
+        C_old, A_old = warm_start
+    if A_old.shape != shape:
+        raise ConfigError(
+            f"warm_start dual has shape {A_old.shape}; expected {shape} (same training data)"
+        )
+    return A_old * (C / C_old)
 
 
 def _available_memory() -> float | None:
@@ -379,16 +384,7 @@ def _fit_frank_wolfe(F, y, m, name, *, gram, C, k, gamma, weights, fw, eps, max_
     if fw not in VARIANTS:
         raise ConfigError(f"fw must be one of {', '.join(VARIANTS)}; got {fw!r}")
     rho = weight_vector(weights, k, m)
-    A0 = None
-    if warm_start is not None:
-        C_old, A_old = (
-            (warm_start.params["C"], warm_start.A) if isinstance(warm_start, Model) else warm_start
-        )
-        if A_old.shape != (F.shape[0], m):
-            raise ConfigError(
-                f"warm_start dual has shape {A_old.shape}; expected {(F.shape[0], m)}"
-            )
-        A0 = A_old * (C / C_old)
+    A0 = _warm_dual(warm_start, name, (F.shape[0], m), C)
     res = solve_frank_wolfe(
         F if gram else as_operator(F), y, gram=gram, n_classes=m, rho=rho, C=C, gamma=gamma,
         variant=fw, eps=eps, max_iter=max_epochs, time_limit=time_limit, warn=warn, A0=A0,
@@ -396,13 +392,9 @@ def _fit_frank_wolfe(F, y, m, name, *, gram, C, k, gamma, weights, fw, eps, max_
     params = {"C": C, "k": k, "gamma": gamma, "eps": eps, "seed": seed,
               "weights": weights if isinstance(weights, str) else [float(v) for v in rho],
               "fw": fw}  # fmt: skip
-    return Model(
-        method=name, params=params, W=res.W, A=res.A, primal=res.primal, dual=res.dual,
-        relative_gap=res.relative_gap, status=res.status, epochs=res.iterations,
-        train_seconds=res.seconds, trace=res.trace, kernel=kernel,
-        theta=theta if kernel == "rbf" else None, X_train=X if kernel == "rbf" else None,
-        info={"steps": res.steps, "rho": [float(v) for v in rho]},
-    )  # fmt: skip
+    return Model.from_result(res, method=name, params=params, epochs=res.iterations,
+                             kernel=kernel, theta=theta, X=X,
+                             info={"steps": res.steps, "rho": [float(v) for v in rho]})  # fmt: skip
 
 
 def _fit_ent_tr(X, y, m, name, *, C, k, eps, max_epochs, seed, time_limit, eval_every,

@@ -40,11 +40,10 @@ def train(
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     setup_logging(verbose)
-    from topkbench.config import TrainConfig
+    from topkbench.config import TrainConfig, method_options
     from topkbench.data.dataset import load_dataset
     from topkbench.errors import ConvergenceWarning
     from topkbench.experiments.evaluation import evaluate_multilabel, training_targets
-    from topkbench.losses.registry import get_method
     from topkbench.metrics.topk import topk_accuracy
     from topkbench.model import fit
 
@@ -62,20 +61,12 @@ def train(
             C=cfg.C,
             k=cfg.k,
             gamma=cfg.gamma,
-            eps=cfg.eps,
-            max_epochs=cfg.max_epochs,
-            time_limit=cfg.time_limit,
-            eval_every=cfg.eval_every,
+            **cfg.stop_rule(),
             seed=cfg.seed,
             n_classes=ds.n_classes,
             kernel=None if cfg.kernel == "linear" else cfg.kernel,
             theta=cfg.theta,
-            **(
-                {"weights": cfg.weights, "fw": cfg.fw}
-                if get_method(cfg.method).solver == "frank_wolfe"
-                else {}
-            ),
-            solver=cfg.solver,
+            **method_options(cfg.method, weights=cfg.weights, fw=cfg.fw, solver=cfg.solver),
         )
     for w in caught:
         log.warning("%s", w.message)

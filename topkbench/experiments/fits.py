@@ -167,8 +167,7 @@ def fit_point(exp, job: PathJob, ctx: _Context, C: float, seed: int, warm, **bud
     from topkbench.model import fit
 
     data, row = ctx.data, job.row
-    stop = {"eps": exp.eps, "max_epochs": exp.max_epochs, "time_limit": exp.time_limit,
-            "eval_every": exp.eval_every, **budget}  # fmt: skip
+    stop = {**exp.stop_rule(), **budget}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return fit(
@@ -254,9 +253,8 @@ def _init_model(exp: ExperimentConfig, data, C: float, seed: int, m: int):
     Xtr, ytr = data.X, data.y
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return fit(Xtr, ytr, "lr_multi", C=C, eps=exp.eps, max_epochs=exp.max_epochs,
-                   time_limit=exp.time_limit, eval_every=exp.eval_every, seed=seed,
-                   n_classes=m, warn=False)  # fmt: skip
+        return fit(Xtr, ytr, "lr_multi", C=C, **exp.stop_rule(), seed=seed, n_classes=m,
+                   warn=False)  # fmt: skip
 
 
 def warm_up(methods: set[str], rbf_methods: set[str] = frozenset()) -> None:
