@@ -22,7 +22,6 @@ accuracy on a held-out set against wall time (validation scoring excluded from t
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -81,13 +80,7 @@ def bench_sdca(
     seed: int = 0,
     peak_gflops: float | None = None,
 ) -> list[SDCABenchRow]:
-    from topkbench.solvers import epochs as _k
-    from topkbench.solvers.problem import (
-        as_label_csr,
-        evaluate_objective,
-        relative_gap,
-        row_sqnorms,
-    )
+    from topkbench.solvers.sdca import solve_sdca
 
     check_sdca_problem(n, d, m, C)
     if epochs < 1:
@@ -96,34 +89,22 @@ def bench_sdca(
         methods = DEFAULT_SDCA_METHODS
     check_sdca_methods(methods, m, "bench sdca")
     X, y = make_gaussian_problem(n, d, m, seed)
-    sq = row_sqnorms(X)
-    yptr, yidx = as_label_csr(y)
+
+    def run(Xr, yr, mr, name, gamma, k, n_epochs, on_batch=None):
+        # full epochs (no shrinking), one certificate after each, timed without it
+        return solve_sdca(Xr, yr, n_classes=mr, loss_id=get_method(name).loss_id, C=C,
+                          gamma=gamma, k=k, eps=1e-300, max_epochs=n_epochs, eval_every=1,
+                          seed=seed, shrink=False, warn=False, on_batch=on_batch)  # fmt: skip
+
     # compile on a tiny problem of the same dtypes
     Xs, ys = make_gaussian_problem(20, 3, 4, seed)
     for name, gamma, _ in methods:
-        spec = get_method(name)
-        A = np.zeros((20, 4))
-        W = np.zeros((3, 4))
-        perms = np.arange(20, dtype=np.int64)[None, :]
-        _k.sdca_epochs_dense(
-            Xs, *as_label_csr(ys), row_sqnorms(Xs), A, W, perms, spec.loss_id, C, gamma, 2,
-            np.full(20, np.nan),
-        )  # fmt: skip
+        run(Xs, ys, 4, name, gamma, 2, 1)
     rows = []
-    rng = np.random.default_rng(seed)
     for name, gamma, k in methods:
-        spec = get_method(name)
-        A = np.zeros((n, m))
-        W = np.zeros((d, m))
-        times = []
-        troots = np.full(n, np.nan)
+        times: list[float] = []
         here = measure_peak_gflops() if peak_gflops is None else peak_gflops
-        for _ in range(epochs):
-            perms = rng.permutation(n).astype(np.int64)[None, :]
-            t0 = time.perf_counter()
-            _k.sdca_epochs_dense(X, yptr, yidx, sq, A, W, perms, spec.loss_id, C, gamma, k, troots)
-            times.append(time.perf_counter() - t0)
-        P, D = evaluate_objective(X, y, A, W, spec.loss_id, C, gamma, k)
+        res = run(X, y, m, name, gamma, k, epochs, lambda _, sec, out=times: out.append(sec))
         med = float(np.median(times))
         rows.append(
             SDCABenchRow(
@@ -138,7 +119,7 @@ def bench_sdca(
                 med,
                 float(min(times)),
                 4.0 * n * d * m / med / 1e9,
-                relative_gap(P, D),
+                res.relative_gap,
                 here,  # replaced below by the run's highest peak
                 math.nan,
                 here,

@@ -109,6 +109,7 @@ def solve_sdca(
     A0: np.ndarray | None = None,
     warn: bool = True,
     on_eval=None,
+    on_batch=None,
     shrink: bool = True,
     accelerate: str = "never",
 ) -> SDCAResult:
@@ -119,7 +120,9 @@ def solve_sdca(
     ``A0`` (n x m) warm-starts the dual; ``W`` is recomputed as ``X^T A0`` so that the pair
     is consistent.  ``on_eval(epoch, A, W)``, if given, is called after every trace point
     (benchmarks use it to score a validation set); its time is excluded from the trace and
-    from the time limit.
+    from the time limit.  ``on_batch(epochs, seconds)``, if given, is called after every batch
+    of plain SDCA epochs with their count and the wall time of the epoch kernel alone (no W
+    resynchronization, no certificate): the benchmarks' per-epoch timings.
 
     ``eval_every="auto"``: the epochs between certificates are chosen by :func:`auto_batch`
     (from the trace and the active-set size only, so the run stays reproducible).
@@ -199,11 +202,14 @@ def solve_sdca(
             )
         else:
             batch = run.clip_batch(int(eval_every))
+        perms = run.permutations(batch, active)
         t_batch = time.perf_counter()
-        run.failures += prob.run_epochs(A, W, run.permutations(batch, active), C, gamma,
-                                        run.troots)  # fmt: skip
+        run.failures += prob.run_epochs(A, W, perms, C, gamma, run.troots)
         run.epochs += batch
-        run.epoch_seconds = (time.perf_counter() - t_batch) / batch
+        seconds = time.perf_counter() - t_batch
+        run.epoch_seconds = seconds / batch
+        if on_batch is not None:
+            on_batch(batch, seconds)
         # resynchronize W = X^T A: D(A) is a certified lower bound only for the W that A
         # defines, and rank-1 updates accumulate rounding (A ~ C while W may be O(1))
         if prob.kind != "gram":
