@@ -68,7 +68,7 @@ def scale_worker(xpath: str, ypath: str | None, method: str, C: float, gamma: fl
 
     from topkbench.data.features import read_features
     from topkbench.errors import ConvergenceWarning
-    from topkbench.model import fit
+    from topkbench.solvers.sdca import solve_sdca
 
     t0 = time.perf_counter()
     ff = read_features(xpath, ypath)
@@ -77,39 +77,31 @@ def scale_worker(xpath: str, ypath: str | None, method: str, C: float, gamma: fl
     m = int(ff.labels.max()) + 1
     from threadpoolctl import threadpool_limits
 
+    loss_id = get_method(method).loss_id
+    kernel_times: list[float] = []
     with warnings.catch_warnings(), threadpool_limits(1):  # one core, BLAS included
         warnings.simplefilter("ignore", ConvergenceWarning)
         # compile (or load from numba's cache) the float32 kernels outside the timing
         tiny = np.ascontiguousarray(ff.X[:64])
-        fit(tiny, ff.labels[:64], method, C=C, gamma=gamma, k=k, max_epochs=1, n_classes=m,
-            warn=False)  # fmt: skip
-        # a certificate after every epoch: each trace interval is one epoch + W resync + gap
-        model = fit(ff.X, ff.labels, method, C=C, gamma=gamma, k=k, eps=1e-12,
-                    max_epochs=epochs, seed=seed, eval_every=1, warn=False)  # fmt: skip
-    trace = model.trace
+        solve_sdca(tiny, ff.labels[:64], n_classes=m, loss_id=loss_id, C=C, gamma=gamma, k=k,
+                   max_epochs=1, warn=False)  # fmt: skip
+        # a certificate after every epoch: each trace interval is one epoch + W resync + gap;
+        # on_batch times the epoch kernel alone, as bench sdca does
+        res = solve_sdca(ff.X, ff.labels, n_classes=m, loss_id=loss_id, C=C, gamma=gamma, k=k,
+                         eps=1e-12, max_epochs=epochs, seed=seed, eval_every=1, warn=False,
+                         on_batch=lambda _, sec: kernel_times.append(sec))  # fmt: skip
+    trace = res.trace
     per_epoch = [b.seconds - a.seconds for a, b in zip(trace, trace[1:], strict=False)]
-    # one more epoch of the bare kernel (no W resync, no certificate), as bench sdca times it
-    from topkbench.solvers import epochs as _k
-    from topkbench.solvers.problem import _as_features, as_label_csr, row_sqnorms
-
-    _, X = _as_features(ff.X)
-    A, W = model.A, np.ascontiguousarray(model.W)
-    perm = np.random.default_rng(seed).permutation(X.shape[0]).astype(np.int64)[None, :]
-    troots = np.full(X.shape[0], np.nan)
-    loss_id = get_method(method).loss_id
-    args = (*as_label_csr(ff.labels), row_sqnorms(X), A, W, perm, loss_id, C, gamma, k, troots)
-    t0 = time.perf_counter()
-    _k.sdca_epochs_dense(X, *args)
-    kernel_s = time.perf_counter() - t0
+    kernel_s = float(np.median(kernel_times)) if kernel_times else float("nan")
     return {
         "kernel_sec_per_epoch": kernel_s,
         "dtype": str(ff.X.dtype),
         "memory_mapped": bool(mapped),
         "load_seconds": load_s,
-        "epochs": model.epochs,
+        "epochs": res.epochs,
         "sec_per_epoch": float(np.median(per_epoch)) if per_epoch else float("nan"),
-        "train_seconds": model.train_seconds,
-        "relative_gap": model.relative_gap,
+        "train_seconds": res.seconds,
+        "relative_gap": res.relative_gap,
         "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9,
     }
 
