@@ -170,11 +170,9 @@ def solve_accelerated(prob: SDCAProblem, run: Run, A, C: float, gamma: float):
                 primal, W_best = p_in_orig, W_in.copy()
             public = None if prob.kind == "gram" else W_best
             gap = run.record(primal, dual, A, public)
-            if gap <= run.eps:
-                return "converged", A, public, primal, dual, gap, info
-            budget = run.budget_status()
-            if budget is not None:
-                return budget, A, public, primal, dual, gap, info
+            status = run.stop_status(gap)
+            if status is not None:
+                return status, A, public, primal, dual, gap, info
             p_in = p_in_orig
             if stage_gamma != gamma:
                 p_in = prob.values(S_in, A, sq_in, C, stage_gamma)[0]

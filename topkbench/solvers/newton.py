@@ -313,11 +313,9 @@ def solve_newton(prob: SDCAProblem, run: Run, A, C: float, gamma: float):
         primal, dual = prob.values(S, A, sq_w, C, gamma)
         dual += 0.5 * lam * (sq_w - sq_a)
         gap = run.record(primal, dual, A, W)
-        if gap <= run.eps:
-            return "converged", A, W, primal, dual, gap, info
-        budget = run.budget_status()
-        if budget is not None:
-            return budget, A, W, primal, dual, gap, info
+        status = run.stop_status(gap)
+        if status is not None:
+            return status, A, W, primal, dual, gap, info
         if stage_gamma != gamma:
             ps, ds = prob.values(S, A, sq_w, C, stage_gamma)
             stage_gap = relative_gap(ps, ds + 0.5 * lam * (sq_w - sq_a))

@@ -331,6 +331,10 @@ class Run:
             return "time_limit"
         return None
 
+    def stop_status(self, gap: float) -> str | None:
+        """``"converged"`` at a relative gap within eps, else :meth:`budget_status`."""
+        return "converged" if gap <= self.eps else self.budget_status()
+
     def clip_batch(self, batch: int) -> int:
         """``batch`` epochs cut to what is left of the epoch and time budgets."""
         if self.time_limit is not None and self.epoch_seconds > 0.0:
