@@ -376,60 +376,18 @@ class ExperimentConfig(StopRule):
                     f"unknown metric {name!r}; use rloss, map, p@K, r@K (K = 1..10) or one of "
                     f"{', '.join(PARTITION_METRICS)}"
                 )
-        if len({r.row for r in rows}) != len(rows):
-            raise ConfigError(f"experiment {exp['name']}: duplicate row labels")
         blocks = tuple((str(k), str(v)) for k, v in (exp.get("blocks") or {}).items())
-        from topkbench.losses.registry import get_method
-
         name = exp["name"]
-        for r in rows:
-            spec = get_method(r.method)  # unknown methods fail before any work starts
-            if r.block and r.block not in dict(blocks):
-                raise ConfigError(
-                    f"experiment {name}: row {r.row!r} names block {r.block!r}, "
-                    f"which is not declared under 'blocks:' ({', '.join(dict(blocks)) or 'none'})"
-                )
-            if r.k_values and "k" not in spec.params:
-                raise ConfigError(f"row {r.row!r}: {spec.name} takes no k, so no k list")
-            if any(k < 1 for k in (r.k, *r.k_values)):
-                raise ConfigError(f"row {r.row!r}: k must be >= 1")
-            if r.kernel == "rbf" and spec.solver != "sdca":
-                raise ConfigError(f"row {r.row!r}: {spec.name} has no kernel mode")
-            if not metrics and r.kernel == "rbf":
-                raise ConfigError(
-                    f"row {r.row!r}: RBF rows belong to the multilabel protocol (an experiment "
-                    "with 'metrics:'); the top-k protocol has no theta selection"
-                )
-            if r.solver:
-                check_solver(spec, r.solver)
-            if r.gamma_values and "gamma" not in spec.params:
-                raise ConfigError(f"row {r.row!r}: {spec.name} takes no gamma, so no gamma list")
-            if any(g < 0 for g in r.gamma_values):
-                raise ConfigError(f"row {r.row!r}: gamma must be >= 0")
+        _check_rows(name, rows, blocks, metrics)
         layout = str(exp.get("layout", "rows"))
         if layout not in ("rows", "datasets", "multilabel", "class_ap"):
             raise ConfigError(
                 f"layout must be rows, datasets, multilabel or class_ap; got {layout!r}"
             )
         if metrics:
-            if int(exp.get("extend", 0)) > 0:
-                raise ConfigError(
-                    f"experiment {name}: the multilabel protocol uses fixed grids (extend: 0)"
-                )
-            if layout not in ("multilabel", "class_ap"):
-                raise ConfigError(
-                    f"experiment {name}: with metrics, layout is multilabel or class_ap"
-                )
-            if layout == "class_ap" and "map" not in metrics:
-                raise ConfigError(f"experiment {name}: layout class_ap selects by map: add it")
+            _check_multilabel_protocol(name, exp, layout, metrics)
         else:
-            if not exp.get("ks"):
-                raise ConfigError(
-                    f"experiment {name}: give the top-k columns 'ks' (or 'metrics' for the "
-                    "multilabel protocol)"
-                )
-            if layout in ("multilabel", "class_ap"):
-                raise ConfigError(f"experiment {name}: layout {layout} needs 'metrics'")
+            _check_topk_protocol(name, exp, layout)
         if exp.get("datasets"):
             datasets = tuple(DatasetConfig.from_dict(d) for d in exp["datasets"])
         else:
@@ -476,6 +434,62 @@ class ExperimentConfig(StopRule):
             certify_time_limit=_positive(exp, "certify_time_limit", 600.0, float),
             certify_max_epochs=_positive(exp, "certify_max_epochs", 1_000_000, int),
         )
+
+
+def _check_rows(name: str, rows, blocks, metrics) -> None:
+    """Rows of an experiment: unique labels, known methods (before any work starts), declared
+    blocks, and k, gamma, kernel and solver lists that the row's method takes."""
+    from topkbench.losses.registry import get_method
+
+    if len({r.row for r in rows}) != len(rows):
+        raise ConfigError(f"experiment {name}: duplicate row labels")
+    for r in rows:
+        spec = get_method(r.method)
+        if r.block and r.block not in dict(blocks):
+            raise ConfigError(
+                f"experiment {name}: row {r.row!r} names block {r.block!r}, "
+                f"which is not declared under 'blocks:' ({', '.join(dict(blocks)) or 'none'})"
+            )
+        if r.k_values and "k" not in spec.params:
+            raise ConfigError(f"row {r.row!r}: {spec.name} takes no k, so no k list")
+        if any(k < 1 for k in (r.k, *r.k_values)):
+            raise ConfigError(f"row {r.row!r}: k must be >= 1")
+        if r.kernel == "rbf" and spec.solver != "sdca":
+            raise ConfigError(f"row {r.row!r}: {spec.name} has no kernel mode")
+        if not metrics and r.kernel == "rbf":
+            raise ConfigError(
+                f"row {r.row!r}: RBF rows belong to the multilabel protocol (an experiment "
+                "with 'metrics:'); the top-k protocol has no theta selection"
+            )
+        if r.solver:
+            check_solver(spec, r.solver)
+        if r.gamma_values and "gamma" not in spec.params:
+            raise ConfigError(f"row {r.row!r}: {spec.name} takes no gamma, so no gamma list")
+        if any(g < 0 for g in r.gamma_values):
+            raise ConfigError(f"row {r.row!r}: gamma must be >= 0")
+
+
+def _check_multilabel_protocol(name: str, exp: dict[str, Any], layout: str, metrics) -> None:
+    """Tables 7/9 and 10-12: fixed grids, a multilabel layout, and mAP for class_ap."""
+    if int(exp.get("extend", 0)) > 0:
+        raise ConfigError(
+            f"experiment {name}: the multilabel protocol uses fixed grids (extend: 0)"
+        )
+    if layout not in ("multilabel", "class_ap"):
+        raise ConfigError(f"experiment {name}: with metrics, layout is multilabel or class_ap")
+    if layout == "class_ap" and "map" not in metrics:
+        raise ConfigError(f"experiment {name}: layout class_ap selects by map: add it")
+
+
+def _check_topk_protocol(name: str, exp: dict[str, Any], layout: str) -> None:
+    """Tables 3/5: top-k columns and a top-k layout."""
+    if not exp.get("ks"):
+        raise ConfigError(
+            f"experiment {name}: give the top-k columns 'ks' (or 'metrics' for the "
+            "multilabel protocol)"
+        )
+    if layout in ("multilabel", "class_ap"):
+        raise ConfigError(f"experiment {name}: layout {layout} needs 'metrics'")
 
 
 def _log_grid(exp: dict[str, Any], key: str) -> tuple[tuple[float, ...], float, float]:
