@@ -178,13 +178,14 @@ def fit(
     weights, fw : ``wtopk_svm`` only: the rank weights (``flat``, ``linear``, ``exp`` or a
         non-increasing non-negative sequence; Kato §7.3) and the Frank-Wolfe variant
         (``standard``, ``away``, ``pairwise``); ``max_epochs`` bounds its iterations.
-    accelerate : SDCA only: ``"auto"`` (default) hands an ill-conditioned problem on which
-        plain SDCA progresses slowly to Newton's method in the primal (logistic losses,
-        features with ``d m <= 1024``; :mod:`topkbench.solvers.newton`) or else to
-        accelerated SDCA (Catalyst's proximal outer loop; smoothing continuation for the
-        nonsmooth hinges; :mod:`topkbench.solvers.accelerated`), both certifying the same
-        problem; ``"never"`` is plain SDCA; ``"catalyst"`` and ``"newton"`` force that phase
-        from the first certificate whenever the condition number exceeds 1.
+    accelerate : SDCA only: ``"auto"`` (default) hands an ill-conditioned problem (``C
+        max||x||^2`` large) to Newton's method in the primal at the first certificate when the
+        features have ``d m <= 1024`` (:mod:`topkbench.solvers.newton`), and otherwise, once
+        plain SDCA is seen to progress slowly, to accelerated SDCA (Catalyst's proximal outer
+        loop; :mod:`topkbench.solvers.accelerated`); the nonsmooth hinges go through smoothing
+        continuation, and every phase certifies the same problem. ``"never"`` is plain SDCA;
+        ``"catalyst"`` and ``"newton"`` force that phase from the first certificate whenever
+        the condition number exceeds 1.
     solver : ``topk_ent_tr`` only: ``"lbfgs"`` (default) or ``"gd"``, the authors' batch
         gradient descent with its own stopping rule (:func:`~topkbench.solvers.ent_tr.
         solve_ent_tr_gd`), which is what the paper's Ent_tr numbers come from.

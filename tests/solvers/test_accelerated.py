@@ -55,6 +55,8 @@ def fit_accelerated(X, y, method, phase="catalyst", **kw):
         model = topkbench.fit(X, y, method, eps=eps, max_epochs=400_000, accelerate=phase, **kw)
     assert model.status == "converged"
     assert PHASE_KEY[phase] in model.info  # that phase ran
+    if phase == "newton":  # and finished the run itself
+        assert not {"accelerated_from_epoch", "plain_from_epoch"} & model.info.keys()
     assert -1e-14 <= model.relative_gap <= eps
     return model
 

@@ -98,6 +98,7 @@ def test_float32_and_csr_features(problem_factory, dtype_case, method, gamma):
     ref = topkbench.fit(X, y, method, **kw)
     model = topkbench.fit(feats, y, method, **kw)
     assert model.converged and "newton_from_epoch" in model.info
+    assert "plain_from_epoch" not in model.info
     assert model.primal == pytest.approx(ref.primal, rel=1e-8)
 
 
@@ -117,11 +118,12 @@ def test_nonsmooth_hinge_continues_to_gamma_zero(problem_factory):
     X = ill_conditioned(X)
     model = topkbench.fit(X, y, "svm_multi", C=100.0, eps=1e-6, accelerate="newton")
     assert model.converged and len(model.info["gamma_stages"]) > 1
+    assert "plain_from_epoch" not in model.info
     stages = model.info["gamma_stages"]
     assert stages[0] == 1.0 and all(b < a for a, b in zip(stages, stages[1:], strict=False))
-    plain = topkbench.fit(X, y, "svm_multi", C=100.0, eps=1e-6, max_epochs=10**6,
-                          accelerate="never")  # fmt: skip
-    assert model.primal == pytest.approx(plain.primal, rel=2e-6)
+    other = topkbench.fit(X, y, "svm_multi", C=100.0, eps=1e-6, max_epochs=10**6,
+                          accelerate="catalyst")  # fmt: skip
+    assert model.primal == pytest.approx(other.primal, rel=2e-6)
 
 
 def test_not_applicable_falls_back_to_catalyst(problem_factory):
@@ -180,3 +182,62 @@ def test_multilabel_gradient_matches_the_kernels_loss():
         E = rng.standard_normal((n, m))
         fd = (loss_sum(S + 1e-5 * E) - loss_sum(S - 1e-5 * E)) / 2e-5
         assert np.vdot(G, E) == pytest.approx(fd, rel=1e-6)
+
+
+@pytest.mark.parametrize("C", [1e5, 1e8])
+def test_huge_C_first_step(problem_factory, C):
+    """At W = 0 the Huber hinge is linear, H = I and the Newton step is of size C n R: the line
+    search must shrink it as far as needed (its floor is relative to W and the step)."""
+    X, y = problem_factory(n=40, d=3, m=5, seed=47)
+    X = ill_conditioned(X)
+    model = topkbench.fit(X, y, "svm_ova", gamma=0.5, C=C, eps=1e-6, accelerate="newton")
+    assert model.converged and model.info["newton_iterations"] < 100
+    assert "plain_from_epoch" not in model.info and "accelerated_from_epoch" not in model.info
+
+
+def test_a_failed_newton_step_hands_on_to_catalyst(problem_factory, monkeypatch):
+    import topkbench.solvers.newton as newton
+
+    X, y = problem_factory(n=30, d=3, m=5, seed=48)
+    X = ill_conditioned(X)
+    ref = topkbench.fit(X, y, "lr_multi", C=10.0, eps=1e-9, accelerate="newton")
+    monkeypatch.setattr(newton, "_newton_step", lambda H, grad: None)
+    model = topkbench.fit(X, y, "lr_multi", C=10.0, eps=1e-6, accelerate="newton",
+                          max_epochs=100_000)  # fmt: skip
+    assert model.converged
+    assert model.info["newton_iterations"] == 0 and "accelerated_from_epoch" in model.info
+    assert model.primal == pytest.approx(ref.primal, rel=2e-6)
+
+
+def test_a_stall_hands_on(problem_factory, monkeypatch):
+    """A gap that stops falling (here: every step is cut to nothing by a useless Hessian)
+    ends the Newton phase after STALL_ITERATIONS, and the run still converges."""
+    import topkbench.solvers.newton as newton
+
+    X, y = problem_factory(n=30, d=3, m=5, seed=49)
+    X = ill_conditioned(X)
+    real = newton._newton_step
+    monkeypatch.setattr(newton, "_newton_step", lambda H, grad: 1e-9 * real(H, grad))
+    monkeypatch.setattr(newton, "ARMIJO", 0.0)
+    model = topkbench.fit(X, y, "lr_multi", C=10.0, eps=1e-6, accelerate="newton",
+                          max_epochs=100_000)  # fmt: skip
+    assert model.converged and "accelerated_from_epoch" in model.info
+    assert model.info["newton_iterations"] == newton.STALL_ITERATIONS
+
+
+def test_multilabel_rows_without_ranking_are_left_out(problem_factory):
+    """LR^ML and SVM^ML under Newton with empty and complete label sets: fit leaves those rows
+    out; the optimum is that of the remaining rows."""
+    rng = np.random.default_rng(50)
+    X = ill_conditioned(rng.standard_normal((30, 3)))
+    Y = (rng.random((30, 4)) < 0.4).astype(float)
+    Y[0] = 0.0
+    Y[1] = 1.0
+    keep = np.flatnonzero((Y.sum(axis=1) > 0) & (Y.sum(axis=1) < 4))
+    for method, gamma in (("lr_ml", 0.0), ("svm_ml", 0.5)):
+        model = topkbench.fit(X, Y, method, gamma=gamma, C=30.0, eps=1e-9, accelerate="newton")
+        assert model.converged and model.info["excluded_examples"] == 30 - keep.size >= 2
+        assert "plain_from_epoch" not in model.info
+        sub = topkbench.fit(X[keep], Y[keep], method, gamma=gamma, C=30.0, eps=1e-9,
+                            accelerate="newton")  # fmt: skip
+        assert model.primal == pytest.approx(sub.primal, rel=1e-8)

@@ -115,7 +115,8 @@ def gradient_duals(S, yptr, yidx, loss, C, gamma, k, out):
     """``out[i] = -C grad L_gamma(Y_i, S_i)`` for every row of the scores ``S``: the block
     update of an example with ``||x_i||^2 = 0`` (then ``q = s`` and the update maximizes
     ``-C L*(-a / C) - <a, s>``, whose maximizer is ``-C`` times the gradient; DESIGN §4.3's
-    zero-norm branches).  For a nonsmooth loss (gamma = 0 hinges) it is *a* subgradient.
+    zero-norm branches).  Meant for smooth losses: at gamma = 0 the hinges' zero-norm branch
+    returns a fixed point of the domain, not a subgradient at ``S_i``.
     Returns the count of failed inner root findings."""
     n, m = S.shape
     scratch = _scratch(m)

@@ -4,10 +4,12 @@ dual its gradient defines (DESIGN §5).
 **Why.** Any coordinate or first-order method needs about ``sqrt(C R^2 / mu)`` epochs per
 factor e of the gap (accelerated SDCA, :mod:`topkbench.solvers.accelerated`), which is
 thousands at the top of the papers' C grids on raw features.  Newton's method is affine
-invariant: rescaling the feature columns does not change its iterates, and its iteration count
-hardly depends on C.  Its price is the Hessian, ``d m x d m``, formed in about ``n m^2 d^2``
-flops, which for ``d m`` up to :data:`NEWTON_MAX_DIM` (Letter: 16 x 26, emotions: 72 x 6)
-costs some tens of epochs' worth of BLAS time, and a Cholesky factorization.
+invariant: rescaling the feature columns does not change its iterates, and once near the
+optimum it converges quadratically (semismoothly for the smoothed hinges) whatever C; far from
+it, at large C, the line search may take many damped steps.  Its price is the Hessian,
+``d m x d m``, formed in about ``n m^2 d^2`` flops, which for ``d m`` up to
+:data:`NEWTON_MAX_DIM` (Letter: 16 x 26, emotions: 72 x 6) costs some tens of epochs' worth of
+BLAS time, and a Cholesky factorization.
 
 **The problem in the kernels' scale** (``P / lambda``, ``C = 1/(lambda n)``)::
 
@@ -69,6 +71,7 @@ back with its dual, which plain SDCA continues from.
 
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
@@ -90,12 +93,22 @@ ANALYTIC_LOSSES = (
 )  # fmt: skip
 # finite-difference step in the scores: relative to gamma for the smoothed hinges (whose
 # gradient is piecewise linear with pieces of size ~gamma), absolute for top-k Ent (curvature
-# ~1); small enough to stay on one piece, large enough for rounding (~1e-16 / step)
+# ~1): large enough for rounding (~1e-16 / step); a difference across a kink mixes two pieces,
+# which the stall rule of solve_newton catches
 FD_STEP = 1e-6
 # rows per block when forming the Hessian (a block's per-example Hessians: rows x m^2 doubles)
 HESSIAN_ENTRIES = 1 << 23
 ARMIJO = 1e-4
-MIN_STEP = 1e-10
+# the line search gives up when the step moves no entry of W by more than this relative amount
+MIN_RELATIVE_STEP = 1e-15
+# the largest curvature C R^2 / gamma of a continuation stage: beyond it the Hessian's
+# condition number leaves float64 (and the stage's share of the gap is below any useful eps)
+MAX_CURVATURE = 1e12
+# a run whose gap has not fallen below STALL_FACTOR times its best within STALL_ITERATIONS
+# iterations is handed on (iterates on the kinks of a piecewise-quadratic loss, where a
+# difference Hessian mixes two pieces, or at the rounding floor)
+STALL_ITERATIONS = 50
+STALL_FACTOR = 0.9
 
 
 def newton_applicable(prob: SDCAProblem) -> bool:
@@ -126,6 +139,7 @@ class _Derivatives:
     def __init__(self, prob: SDCAProblem):
         self.loss_id = prob.loss_id
         self.k = prob.k
+        self.failures = 0  # inner root findings of the kernels' gradient that hit their limit
         yptr, yidx = self.y = prob.y
         n, m = prob.n, prob.m
         self.rows = np.arange(n)
@@ -150,7 +164,9 @@ class _Derivatives:
         b = S.shape[0] + a if b is None else b
         ptr = yptr[a : b + 1] - yptr[a]
         out = np.empty_like(S)
-        _k.gradient_duals(S, ptr, yidx[yptr[a] : yptr[b]], self.loss_id, 1.0, gamma, self.k, out)
+        self.failures += _k.gradient_duals(
+            S, ptr, yidx[yptr[a] : yptr[b]], self.loss_id, 1.0, gamma, self.k, out
+        )
         return -out
 
     def gradient(self, S, gamma: float):
@@ -162,16 +178,18 @@ class _Derivatives:
         if lid in (ids.LOSS_LR_MULTI, ids.LOSS_LR_ML):
             P = np.exp(S - logsumexp(S, axis=1, keepdims=True))
             if lid == ids.LOSS_LR_MULTI:
+                # G_y = p_y - 1 as minus the other classes' sum: the dual block's coordinates
+                # then sum to zero exactly, as the conjugate's domain requires
                 G = P.copy()
-                G[self.rows, self.labels] -= 1.0
+                G[self.rows, self.labels] = 0.0
+                G[self.rows, self.labels] = -G.sum(axis=1)
             else:
                 P[~self.active] = 0.0
                 G = P - self.target
             self.state = P
             return G
         if lid == ids.LOSS_LR_OVA:
-            sig = expit(S)
-            self.state = sig * (1.0 - sig)
+            self.state = expit(S) * expit(-S)  # sigma (1 - sigma) without underflow
             return -self.sign * expit(-self.sign * S)
         if lid == ids.LOSS_SVM_OVA:
             z = 1.0 - self.sign * S
@@ -245,7 +263,7 @@ def _hessian(X, deriv: _Derivatives, C: float, m: int) -> np.ndarray:
     the support of the example's dual block)."""
     n, d = X.shape
     H = np.zeros((m * d, m * d))
-    rows = max(1, HESSIAN_ENTRIES // (m * m))
+    rows = max(1, HESSIAN_ENTRIES // (m * m + d))
     for a in range(0, n, rows):
         b = min(a + rows, n)
         Xb = X[a:b].toarray() if sp.issparse(X) else np.asarray(X[a:b], dtype=np.float64)
@@ -293,7 +311,8 @@ def solve_newton(prob: SDCAProblem, run: Run, A, C: float, gamma: float):
 
     Returns ``(status, A, W, primal, dual, gap, info)`` as
     :func:`topkbench.solvers.accelerated.solve_accelerated` does; status ``"running"`` hands
-    the run back to plain SDCA from the last gradient dual (line search failure).
+    the run on from the last gradient dual (line search or Cholesky failure, a stalled gap,
+    or a continuation that would pass :data:`MAX_CURVATURE`).
     """
     n, m = prob.n, prob.m
     lam = 1.0 / (C * n)
@@ -303,8 +322,8 @@ def solve_newton(prob: SDCAProblem, run: Run, A, C: float, gamma: float):
     no_dual = np.zeros((n, m))
     W = prob.rep_of(A)
     S = prob.scores(W)
+    best_gap, since_best = math.inf, 0
     while True:
-        t_iter = time.perf_counter()
         G = deriv.gradient(S, stage_gamma)
         A = np.ascontiguousarray(-C * G)
         W_A = features_t_dot(prob.X, A)
@@ -316,11 +335,21 @@ def solve_newton(prob: SDCAProblem, run: Run, A, C: float, gamma: float):
         status = run.stop_status(gap)
         if status is not None:
             return status, A, W, primal, dual, gap, info
+        t_iter = time.perf_counter()
+        if gap < STALL_FACTOR * best_gap:
+            best_gap, since_best = gap, 0
+        else:
+            since_best += 1
+            if since_best >= STALL_ITERATIONS:
+                return "running", A, W, primal, dual, gap, info
         if stage_gamma != gamma:
             ps, ds = prob.values(S, A, sq_w, C, stage_gamma)
             stage_gap = relative_gap(ps, ds + 0.5 * lam * (sq_w - sq_a))
             smaller = next_stage_gamma(stage_gamma, gap, stage_gap, run.eps)
             if smaller is not None:
+                if C * prob.r2 / smaller > MAX_CURVATURE:
+                    return "running", A, W, primal, dual, gap, info
+                best_gap, since_best = math.inf, 0
                 stage_gamma = smaller
                 info["gamma_stages"].append(stage_gamma)
                 W_A = features_t_dot(prob.X, -C * deriv.gradient(S, stage_gamma))
@@ -330,19 +359,26 @@ def solve_newton(prob: SDCAProblem, run: Run, A, C: float, gamma: float):
             return "running", A, W, primal, dual, gap, info
         D = np.ascontiguousarray(step.reshape(m, -1).T)
         SD = prob.scores(D)
-        F0 = prob.values(S, no_dual, sq_w, C, stage_gamma)[0] / lam
         slope = float(grad @ step)
-        t = 1.0
-        while t >= MIN_STEP:
-            W_t = W + t * D
-            F_t = prob.values(S + t * SD, no_dual, float(np.vdot(W_t, W_t)), C, stage_gamma)[0]
-            if F_t / lam <= F0 + ARMIJO * t * slope:
+        # F(W + t D) - F(W) = t <W, D> + t^2/2 ||D||^2 + C (sum L_t - sum L_0): the quadratic
+        # part exactly, so that the test is not lost in the rounding of F when C is large
+        wd, dd = float(np.vdot(W, D)), float(np.vdot(D, D))
+        loss0 = prob.values(S, no_dual, 0.0, C, stage_gamma)[0] / lam
+        t, t_min = (
+            1.0,
+            MIN_RELATIVE_STEP * max(float(np.abs(W).max()), 1.0) / float(np.abs(D).max() or 1.0),
+        )
+        while t >= t_min:
+            loss_t = prob.values(S + t * SD, no_dual, 0.0, C, stage_gamma)[0] / lam
+            if t * wd + 0.5 * t * t * dd + (loss_t - loss0) <= ARMIJO * t * slope:
                 break
             t *= 0.5
         else:
             return "running", A, W, primal, dual, gap, info
-        W = W_t
+        W = W + t * D
         S = prob.scores(W)  # the certificate needs P of W itself, not of the summed scores
         info["newton_iterations"] += 1
+        run.failures += deriv.failures
+        deriv.failures = 0
         run.epochs += 1
         run.epoch_seconds = time.perf_counter() - t_iter

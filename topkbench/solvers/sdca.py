@@ -142,15 +142,16 @@ def solve_sdca(
     Acceleration (``accelerate``): ``"never"`` runs plain SDCA.  ``"auto"`` hands an
     ill-conditioned problem (:data:`ACCEL_MIN_CONDITION`) to Newton's method in the primal
     after the first certificate where Newton applies
-    (:func:`topkbench.solvers.newton.newton_applicable`: the logistic losses on features with
-    small ``d m``), and otherwise to accelerated SDCA
+    (:func:`topkbench.solvers.newton.newton_applicable`: features with small ``d m``), and
+    otherwise to accelerated SDCA
     (:func:`topkbench.solvers.accelerated.solve_accelerated`) once plain SDCA, after
     :data:`ACCEL_MIN_EPOCHS` epochs, is predicted by its last two certificates to need more
     epochs again than it has run.  A well-conditioned problem
     thus runs exactly as plain SDCA.  ``"catalyst"`` and ``"newton"`` force that phase after
     the first certificate whenever the condition number exceeds 1 (``"newton"`` only where it
     applies, accelerated SDCA elsewhere).  Every phase certifies the same problem with the
-    same gap, and a phase that stalls hands the run back to plain SDCA with its dual.
+    same gap.  A Newton phase that stalls hands its dual to accelerated SDCA, and an
+    accelerated phase that cannot go on hands it to plain SDCA.
     """
     prob = SDCAProblem(X, y, gram=gram, n_classes=n_classes, loss_id=loss_id, k=k)
     n, m = prob.n, prob.m
@@ -183,11 +184,14 @@ def solve_sdca(
             status = budget
             break
         if accelerate != "never" and _hand_over(run, prob, accelerate, C, gamma):
-            if accelerate != "catalyst" and newton_applicable(prob):
-                phase = solve_newton
-            else:
-                phase = solve_accelerated
-            status, A, W, primal, dual, gap, info = phase(prob, run, A, C, gamma)
+            newton = accelerate != "catalyst" and newton_applicable(prob)
+            if newton:
+                status, A, W, primal, dual, gap, info = solve_newton(prob, run, A, C, gamma)
+            if not newton or status == "running":
+                # Newton stalled or failed: accelerated SDCA goes on from its gradient dual
+                newton_info = info if newton else {}
+                status, A, W, primal, dual, gap, info = solve_accelerated(prob, run, A, C, gamma)
+                info = {**newton_info, **info}
             accelerate = "never"
             if status != "running":
                 break
