@@ -53,7 +53,7 @@ class ConditioningRow:
     seconds: float
     relative_gap: float
     accelerated_from_epoch: int  # -1 if the run stayed plain
-    phase: str  # what solved it after plain SDCA: plain | catalyst | newton
+    phase: str  # the phases after the first plain epochs: plain | newton | catalyst | a>b
 
 
 def _compile(X, y, methods) -> None:
@@ -119,9 +119,11 @@ def bench_conditioning(
 
 
 def _phase(info: dict) -> str:
-    if "newton_from_epoch" in info:
-        return "newton"
-    return "catalyst" if "accelerated_from_epoch" in info else "plain"
+    """The phases that ran after the first plain epochs, in order (``plain`` if none), e.g.
+    ``newton>catalyst`` when Newton stalled and handed its dual on."""
+    keys = (("newton_from_epoch", "newton"), ("accelerated_from_epoch", "catalyst"),
+            ("plain_from_epoch", "plain"))  # fmt: skip
+    return ">".join(name for key, name in keys if key in info) or "plain"
 
 
 def speedup_summary(rows: list[ConditioningRow], hard_epochs: int = 1000) -> list[dict]:

@@ -289,17 +289,18 @@ def _hessian(X, deriv: _Derivatives, C: float, m: int) -> np.ndarray:
 
 def _newton_step(H, grad):
     """``-H^{-1} grad`` by Cholesky.  H = I + C sum H_i (x) x_i x_i^T is positive definite
-    in exact arithmetic, but finite-difference or rounded H_i can leave eigenvalues a few
-    ulps of ``max H`` below zero; the diagonal is then shifted by multiples of
-    ``1e-12 max diag(H)`` (a Levenberg step, still a descent direction).  None if that
-    fails too."""
-    shift = 0.0
-    for _ in range(6):
+    in exact arithmetic, but rounded H_i leave eigenvalues a few ulps of ``max H`` below zero,
+    and finite-difference H_i straddling a kink (all scores tied, as at W = 0) can be
+    indefinite; the diagonal is then shifted by ``max diag(H)`` times 1e-12, 1e-10, ..., 10
+    until the factorization succeeds (a Levenberg step: still a descent direction).  None if
+    even that fails (non-finite H)."""
+    scale = float(np.diag(H).max())
+    for shift in (0.0, *(scale * 10.0**e for e in range(-12, 2, 2))):
         try:
             factor = scipy.linalg.cho_factor(H + shift * np.eye(H.shape[0]) if shift else H)
             return scipy.linalg.cho_solve(factor, -grad)
         except (np.linalg.LinAlgError, ValueError):
-            shift = 1e-12 * float(np.diag(H).max()) if shift == 0.0 else 100.0 * shift
+            continue
     return None
 
 
