@@ -4,6 +4,7 @@ specs (``name[:gamma[:k]]``) and their labels, and the checks on both."""
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -101,3 +102,21 @@ def normal_batches(rng, problems: int, d: int, batch_bytes: int, progress=None):
         done += nb
         if progress is not None:
             progress(d, done, problems)
+
+
+@contextmanager
+def saved_figure(path, *args, dpi: int = 120, **kwargs):
+    """``plt.subplots(*args, **kwargs)`` drawn off-screen (Agg), then laid out, written to
+    ``path`` and closed: ``with saved_figure(path, figsize=...) as (fig, ax): ...``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(*args, **kwargs)
+    try:
+        yield fig, axes
+        fig.tight_layout()
+        fig.savefig(path, dpi=dpi)
+    finally:
+        plt.close(fig)

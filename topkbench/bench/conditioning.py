@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from topkbench.bench.common import saved_figure
 from topkbench.errors import ConvergenceWarning
 
 # name -> (n, d, m, multilabel)
@@ -156,36 +157,30 @@ def speedup_summary(rows: list[ConditioningRow], hard_epochs: int = 1000) -> lis
 def plot_conditioning(rows: list[ConditioningRow], path, eps: float, time_limit: float) -> None:
     """Time to ``eps`` against C, one panel per problem; solid accelerated, dashed plain,
     a cross where the run hit the time limit."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     problems = list(dict.fromkeys(r.problem for r in rows))
-    fig, axes = plt.subplots(1, len(problems), figsize=(5.5 * len(problems), 4.5), squeeze=False)
-    for ax, problem in zip(axes[0], problems, strict=True):
-        sub = [r for r in rows if r.problem == problem]
-        labels = list(dict.fromkeys((r.method, r.gamma, r.k) for r in sub))
-        for idx, (method, gamma, k) in enumerate(labels):
-            color = f"C{idx % 10}"
-            label = method + (f" γ={gamma:g}" if gamma else "") + (f" k={k}" if k > 1 else "")
-            for mode, style in (("accelerated", "-"), ("plain", "--")):
-                pts = [r for r in sub if (r.method, r.gamma, r.k) == (method, gamma, k)
-                       and r.mode == mode]  # fmt: skip
-                pts.sort(key=lambda r: r.C)
-                shown = label if mode == "accelerated" else None
-                ax.plot([r.C for r in pts], [r.seconds for r in pts], style, color=color,
-                        marker="o", ms=3, label=shown)  # fmt: skip
-                bad = [r for r in pts if r.status != "converged"]
-                ax.plot([r.C for r in bad], [r.seconds for r in bad], "x", color=color, ms=8)
-        r0 = sub[0]
-        ax.set(xscale="log", yscale="log", xlabel="C", ylabel=f"seconds to gap {eps:g}",
-               title=f"{problem}: n={r0.n}, d={r0.d}, m={r0.m}, R²={r0.r2_max:.2g}")  # fmt: skip
-        ax.set_xscale("log", base=2)
-        ax.axhline(time_limit, color="grey", lw=0.8)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.suptitle("solid: accelerated (auto), dashed: plain SDCA, x: time limit reached")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    size = (5.5 * len(problems), 4.5)
+    with saved_figure(path, 1, len(problems), figsize=size, squeeze=False, dpi=110) as (fig, axes):
+        for ax, problem in zip(axes[0], problems, strict=True):
+            sub = [r for r in rows if r.problem == problem]
+            labels = list(dict.fromkeys((r.method, r.gamma, r.k) for r in sub))
+            for idx, (method, gamma, k) in enumerate(labels):
+                color = f"C{idx % 10}"
+                label = method + (f" γ={gamma:g}" if gamma else "") + (f" k={k}" if k > 1 else "")
+                for mode, style in (("accelerated", "-"), ("plain", "--")):
+                    pts = [r for r in sub if (r.method, r.gamma, r.k) == (method, gamma, k)
+                           and r.mode == mode]  # fmt: skip
+                    pts.sort(key=lambda r: r.C)
+                    shown = label if mode == "accelerated" else None
+                    ax.plot([r.C for r in pts], [r.seconds for r in pts], style, color=color,
+                            marker="o", ms=3, label=shown)  # fmt: skip
+                    bad = [r for r in pts if r.status != "converged"]
+                    ax.plot([r.C for r in bad], [r.seconds for r in bad], "x", color=color, ms=8)
+            r0 = sub[0]
+            title = f"{problem}: n={r0.n}, d={r0.d}, m={r0.m}, R²={r0.r2_max:.2g}"
+            ax.set(xscale="log", yscale="log", xlabel="C", ylabel=f"seconds to gap {eps:g}",
+                   title=title)  # fmt: skip
+            ax.set_xscale("log", base=2)
+            ax.axhline(time_limit, color="grey", lw=0.8)
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize=7)
+        fig.suptitle("solid: accelerated (auto), dashed: plain SDCA, x: time limit reached")

@@ -10,6 +10,7 @@ import numpy as np
 
 from topkbench.bench.common import (
     make_gaussian_problem,
+    saved_figure,
 )
 from topkbench.losses.registry import get_method
 
@@ -98,23 +99,15 @@ def kato_fig2(
 
 
 def plot_kato_fig2(points: list[KatoTracePoint], path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
-    for solver in dict.fromkeys(p.solver for p in points):
-        pts = [p for p in points if p.solver == solver and p.seconds > 0 and p.gap > 0]
-        ax.loglog([p.seconds for p in pts], [p.gap for p in pts], label=solver)
-    ax.set_xlabel("CPU time (s)")
-    ax.set_ylabel("duality gap P(W) - D(A), printed top-k hinge")
-    ax.set_title(title)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with saved_figure(path, figsize=(6.4, 4.4)) as (fig, ax):
+        for solver in dict.fromkeys(p.solver for p in points):
+            pts = [p for p in points if p.solver == solver and p.seconds > 0 and p.gap > 0]
+            ax.loglog([p.seconds for p in pts], [p.gap for p in pts], label=solver)
+        ax.set_xlabel("CPU time (s)")
+        ax.set_ylabel("duality gap P(W) - D(A), printed top-k hinge")
+        ax.set_title(title)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
 
 
 @dataclass
@@ -194,26 +187,19 @@ def kato_fig4(X, y, *, k=3, C=1.0, iters=300, variant="standard") -> list[FWStud
 
 def plot_fw_study(points: list[FWStudyPoint], path, title: str) -> None:
     """One log-log panel per ``panel`` (gap vs iteration + 1), a line per ``label``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     panels = list(dict.fromkeys(p.panel for p in points))
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 4.0), squeeze=False)
-    for ax, panel in zip(axes[0], panels, strict=True):
-        for label in dict.fromkeys(p.label for p in points if p.panel == panel):
-            pts = [p for p in points if p.panel == panel and p.label == label and p.gap > 0]
-            ax.loglog([p.iteration + 1 for p in pts], [p.gap for p in pts], label=label)
-        ax.set_title(panel)
-        ax.set_xlabel("iteration + 1")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
-    axes[0][0].set_ylabel("duality gap P - D (P(W) scale)")
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    size = (4.6 * len(panels), 4.0)
+    with saved_figure(path, 1, len(panels), figsize=size, squeeze=False) as (fig, axes):
+        for ax, panel in zip(axes[0], panels, strict=True):
+            for label in dict.fromkeys(p.label for p in points if p.panel == panel):
+                pts = [p for p in points if p.panel == panel and p.label == label and p.gap > 0]
+                ax.loglog([p.iteration + 1 for p in pts], [p.gap for p in pts], label=label)
+            ax.set_title(panel)
+            ax.set_xlabel("iteration + 1")
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize=8)
+        axes[0][0].set_ylabel("duality gap P - D (P(W) scale)")
+        fig.suptitle(title)
 
 
 def fw_study_summary(points: list[FWStudyPoint], target: float) -> list[dict]:

@@ -80,6 +80,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from topkbench.bench.common import saved_figure
 from topkbench.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -509,39 +510,32 @@ def plot_peers(points: list[PeerTracePoint], path, tol: float, title: str) -> No
     """One log-log panel per method: relative suboptimality (P - P_ref)/|P_ref| against wall
     seconds, a line per solver (our trace; one marker per scikit-learn fit, by iterations),
     the tolerance dashed.  Points at or below zero (the reference itself) are left out."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     methods = list(dict.fromkeys(p.method for p in points))
     cols = min(2, len(methods))
     rows = (len(methods) + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(6.0 * cols, 4.3 * rows), squeeze=False)
-    for ax, method in zip(axes.flat, methods, strict=False):
-        for solver in dict.fromkeys(p.solver for p in points if p.method == method):
-            pts = [p for p in points if p.method == method and p.solver == solver]
-            if solver not in (
-                OURS_LABEL,
-                CERT_LABEL,
-            ):  # fits in budget order (refinement fits come last)
-                pts.sort(key=lambda p: p.iterations)
-            pts = [p for p in pts if p.rel_subopt > 0 and p.seconds > 0]
-            style = {OURS_LABEL: "-", CERT_LABEL: ":"}.get(solver, "o-")
-            ax.loglog([p.seconds for p in pts], [p.rel_subopt for p in pts], style,
-                      label=solver, markersize=3)  # fmt: skip
-        ax.axhline(tol, color="gray", linestyle="--", linewidth=1, label=f"tol = {tol:g}")
-        ax.set_title(method)
-        ax.set_xlabel("wall seconds (one core)")
-        ax.set_ylabel("(P - P_ref) / |P_ref|")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
-    for ax in list(axes.flat)[len(methods) :]:
-        ax.set_visible(False)
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    size = (6.0 * cols, 4.3 * rows)
+    with saved_figure(path, rows, cols, figsize=size, squeeze=False) as (fig, axes):
+        for ax, method in zip(axes.flat, methods, strict=False):
+            for solver in dict.fromkeys(p.solver for p in points if p.method == method):
+                pts = [p for p in points if p.method == method and p.solver == solver]
+                if solver not in (
+                    OURS_LABEL,
+                    CERT_LABEL,
+                ):  # fits in budget order (refinement fits come last)
+                    pts.sort(key=lambda p: p.iterations)
+                pts = [p for p in pts if p.rel_subopt > 0 and p.seconds > 0]
+                style = {OURS_LABEL: "-", CERT_LABEL: ":"}.get(solver, "o-")
+                ax.loglog([p.seconds for p in pts], [p.rel_subopt for p in pts], style,
+                          label=solver, markersize=3)  # fmt: skip
+            ax.axhline(tol, color="gray", linestyle="--", linewidth=1, label=f"tol = {tol:g}")
+            ax.set_title(method)
+            ax.set_xlabel("wall seconds (one core)")
+            ax.set_ylabel("(P - P_ref) / |P_ref|")
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize=7)
+        for ax in list(axes.flat)[len(methods) :]:
+            ax.set_visible(False)
+        fig.suptitle(title)
 
 
 __all__ = [

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from topkbench.bench.common import normal_batches
+from topkbench.bench.common import normal_batches, saved_figure
 from topkbench.errors import ConfigError
 
 
@@ -96,20 +96,12 @@ def scaling_exponent(rows: list[ProjectionBenchRow], lo: int = 10**3, hi: int = 
 
 
 def plot_projections(rows: list[ProjectionBenchRow], path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.0, 4.4))
-    for name in dict.fromkeys(r.method for r in rows):
-        pts = [r for r in rows if r.method == name]
-        ax.loglog([r.d for r in pts], [r.seconds_per_1000 for r in pts], marker="o", label=name)
-    ax.set_xlabel("dimension d")
-    ax.set_ylabel("seconds per 1,000 projections (one core)")
-    ax.set_title("Projection scaling (TPAMI Fig. 3a), N(0, 1) data")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with saved_figure(path, figsize=(6.0, 4.4)) as (fig, ax):
+        for name in dict.fromkeys(r.method for r in rows):
+            pts = [r for r in rows if r.method == name]
+            ax.loglog([r.d for r in pts], [r.seconds_per_1000 for r in pts], marker="o", label=name)
+        ax.set_xlabel("dimension d")
+        ax.set_ylabel("seconds per 1,000 projections (one core)")
+        ax.set_title("Projection scaling (TPAMI Fig. 3a), N(0, 1) data")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)

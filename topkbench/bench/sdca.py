@@ -32,6 +32,7 @@ from topkbench.bench.common import (
     make_gaussian_problem,
     measure_peak_gflops,
     method_label,
+    saved_figure,
 )
 from topkbench.errors import ConfigError
 from topkbench.losses.registry import get_method
@@ -226,22 +227,14 @@ def bench_sdca_convergence(
 
 def plot_sdca_convergence(points: list[SDCACurvePoint], eps: float, path, title: str) -> None:
     """TPAMI 002 Fig. 3b (relative gap vs time) and 3c (validation top-1 vs time)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax_gap, ax_acc) = plt.subplots(1, 2, figsize=(12, 4.5))
-    labels = list(dict.fromkeys(p.label for p in points))
-    for label in labels:
-        pts = [p for p in points if p.label == label]
-        t = [p.seconds for p in pts]
-        ax_gap.semilogy(t, [max(p.relative_gap, 1e-17) for p in pts], label=label)
-        ax_acc.plot(t, [100.0 * p.val_top1 for p in pts], label=label)
-    ax_gap.axhline(eps, color="grey", lw=0.8, ls="--")
-    ax_gap.set(xlabel="wall time (s)", ylabel="relative duality gap", title="(b) " + title)
-    ax_acc.set(xlabel="wall time (s)", ylabel="validation top-1 (%)", title="(c) " + title)
-    ax_gap.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with saved_figure(path, 1, 2, figsize=(12, 4.5)) as (fig, (ax_gap, ax_acc)):
+        labels = list(dict.fromkeys(p.label for p in points))
+        for label in labels:
+            pts = [p for p in points if p.label == label]
+            t = [p.seconds for p in pts]
+            ax_gap.semilogy(t, [max(p.relative_gap, 1e-17) for p in pts], label=label)
+            ax_acc.plot(t, [100.0 * p.val_top1 for p in pts], label=label)
+        ax_gap.axhline(eps, color="grey", lw=0.8, ls="--")
+        ax_gap.set(xlabel="wall time (s)", ylabel="relative duality gap", title="(b) " + title)
+        ax_acc.set(xlabel="wall time (s)", ylabel="validation top-1 (%)", title="(c) " + title)
+        ax_gap.legend(fontsize=7)
