@@ -44,28 +44,10 @@ best dual certifies it: the optimum lies in ``[D_best, P_ref]``.  Relative subop
 
 Timing protocol
 ---------------
-* Ours: a second run of ``fit`` with ``eps = tol`` and the default settings (what ``topkbench
-  train`` does: certificates on the ``eval_every="auto"`` schedule, shrinking), timed by its
-  own trace (P, D and wall seconds at each certificate, the certificates included).  Time to
-  tol = seconds of the first trace point with relative suboptimality ``<= tol``;
-  ``certified_seconds`` is the first one whose relative duality gap is ``<= tol`` (where it
-  stops; scikit-learn cannot certify).  The certification run is a separate run because its
-  schedule aims at ``cert_eps`` (and shrinking follows the schedule); its trace is plotted as
-  "(certification run)".  Kernels are compiled on a tiny problem first.
-* scikit-learn cannot report intermediate iterates: every peer is fitted from scratch
-  (``warm_start`` off, fixed ``random_state``) at a growing budget and each fit is timed with
-  ``time.perf_counter`` (the objective evaluation is not timed).  Budget "level" ``l`` maps to
-  ``max_iter = round(2**l)`` with ``tol = 1e-12`` (lbfgs, saga, liblinear -s 3 / -s 7), or,
-  for Crammer-Singer, to ``tol = 10**(-l/2)`` (scikit-learn's ``-s 4`` ignores ``max_iter``
-  and always allows liblinear's 100,000 iterations).  Escalation stops at the first fit within
-  ``tol``, when the solver stopped before its iteration budget (larger budgets repeat it),
-  at the largest level, or when the last fit took more than ``peer_seconds / 2``.  After a
-  hit the bracket [last miss, hit] is bisected in level ``refine`` times, and the hit at the
-  smallest budget is reported.  If no fit reaches ``tol`` the best one is reported with
-  ``reached = False`` and no ratio.  scikit-learn's ConvergenceWarnings (expected: budgets
-  are cut on purpose) are recorded per row, not shown.
-* Everything runs under ``threadpoolctl.threadpool_limits(1)`` (BLAS on one core; numba
-  kernels and liblinear are single-threaded): the issue's targets are one-core figures.
+Ours is timed on the trace of a plain ``fit(..., eps=tol)`` (certificates included); every
+scikit-learn solver is refitted from scratch at growing iteration budgets (it reports no
+iterates) and the smallest budget within ``tol`` is reported (:func:`_escalate`); all on one
+core.  The full protocol is in ``docs/performance.md`` (Peers).
 """
 
 from __future__ import annotations
