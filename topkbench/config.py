@@ -528,11 +528,9 @@ def _choice(d: dict[str, Any], key: str, default: str, allowed: tuple[str, ...])
 
 def dataset_has_val(cfg: DatasetConfig) -> bool:
     """Whether a dataset comes with a validation split (generated sets: n_val > 0)."""
-    if cfg.kind == "circle":
-        return int(cfg.get("n_val", 200)) > 0
-    if cfg.kind == "gaussian":
-        return int(cfg.get("n_val", 4_500)) > 0
-    if cfg.kind == "multilabel_synth":
-        return int(cfg.get("n_val", 0)) > 0
+    from topkbench.data.specs import GENERATED_KINDS, generated_spec
+
+    if cfg.kind in GENERATED_KINDS:
+        return generated_spec(cfg.kind, dict(cfg.options)).n_val > 0
     files = cfg.get("files") or {"val": cfg.get("val")}
     return isinstance(files, dict) and files.get("val") is not None

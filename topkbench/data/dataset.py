@@ -34,7 +34,7 @@ without some class that occurs in another split.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,7 @@ from topkbench.data.files import (
     resolve_path,
 )
 from topkbench.data.preprocess import SCALINGS, append_bias, apply_holdout, scale_features
+from topkbench.data.specs import generated_spec
 from topkbench.errors import ConfigError, DataFormatError, DatasetNotFoundError
 from topkbench.validation import check_choice
 
@@ -242,19 +243,10 @@ def _load_features(cfg: DatasetConfig) -> Dataset:
 def _make_multilabel_synth(cfg: DatasetConfig, seed: int) -> Dataset:
     from topkbench.data.synthetic import make_multilabel
 
-    m = int(cfg.get("n_labels", 10))
-    parts = make_multilabel(
-        seed,
-        n_train=int(cfg.get("n_train", 300)),
-        n_val=int(cfg.get("n_val", 0)),
-        n_test=int(cfg.get("n_test", 300)),
-        n_features=int(cfg.get("n_features", 10)),
-        n_labels=m,
-        cardinality=float(cfg.get("cardinality", 2.0)),
-        noise=float(cfg.get("noise", 1.0)),
-        nonlinear=bool(cfg.get("nonlinear", False)),
-    )
-    regions = int(cfg.get("regions", 1))
+    spec = generated_spec(cfg.kind, dict(cfg.options))
+    m = spec.n_labels
+    regions = spec.regions
+    parts = make_multilabel(seed, **{k: v for k, v in asdict(spec).items() if k != "regions"})
     raw, ids, primary = {}, {}, {}
     rng = np.random.default_rng(seed + 1)
     for split, part in parts.items():
@@ -371,12 +363,8 @@ def _load_dataset(cfg: DatasetConfig, seed: int) -> Dataset:
     if cfg.kind == "circle":
         from topkbench.data.synthetic import make_circle
 
-        splits = make_circle(
-            seed,
-            n_train=int(cfg.get("n_train", 200)),
-            n_val=int(cfg.get("n_val", 200)),
-            n_test=int(cfg.get("n_test", 200_000)),
-        )
+        spec = generated_spec(cfg.kind, dict(cfg.options))
+        splits = make_circle(seed, n_train=spec.n_train, n_val=spec.n_val, n_test=spec.n_test)
         bias = float(cfg.get("bias", 0.0))
         return Dataset(
             name=cfg.name,
@@ -388,16 +376,9 @@ def _load_dataset(cfg: DatasetConfig, seed: int) -> Dataset:
     if cfg.kind == "gaussian":
         from topkbench.data.synthetic import make_gaussian
 
-        m = int(cfg.get("n_classes", 26))
-        splits = make_gaussian(
-            seed,
-            n_train=int(cfg.get("n_train", 10_500)),
-            n_val=int(cfg.get("n_val", 4_500)),
-            n_test=int(cfg.get("n_test", 5_000)),
-            n_features=int(cfg.get("n_features", 16)),
-            n_classes=m,
-            separation=float(cfg.get("separation", 1.0)),
-        )
+        spec = generated_spec(cfg.kind, dict(cfg.options))
+        m = spec.n_classes
+        splits = make_gaussian(seed, **asdict(spec))
         bias = float(cfg.get("bias", 0.0))
         return Dataset(
             name=cfg.name,
