@@ -104,9 +104,10 @@ MIN_RELATIVE_STEP = 1e-15
 # the largest curvature C R^2 / gamma of a continuation stage: beyond it the Hessian's
 # condition number leaves float64 (and the stage's share of the gap is below any useful eps)
 MAX_CURVATURE = 1e12
-# a run whose gap has not fallen below STALL_FACTOR times its best within STALL_ITERATIONS
-# iterations is handed on (iterates on the kinks of a piecewise-quadratic loss, where a
-# difference Hessian mixes two pieces, or at the rounding floor)
+# a run whose full Newton steps leave its gap (a continuation stage's own) above STALL_FACTOR
+# times its best for STALL_ITERATIONS iterations is handed on: iterates on the kinks of a
+# piecewise-quadratic loss, where a difference Hessian mixes two pieces, or at the rounding
+# floor (damped steps, far from the optimum, are progress on F and do not count)
 STALL_ITERATIONS = 50
 STALL_FACTOR = 0.9
 
@@ -323,7 +324,7 @@ def solve_newton(prob: SDCAProblem, run: Run, A, C: float, gamma: float):
     no_dual = np.zeros((n, m))
     W = prob.rep_of(A)
     S = prob.scores(W)
-    best_gap, since_best = math.inf, 0
+    best_gap, since_best, full_step = math.inf, 0, False
     while True:
         G = deriv.gradient(S, stage_gamma)
         A = np.ascontiguousarray(-C * G)
@@ -337,23 +338,24 @@ def solve_newton(prob: SDCAProblem, run: Run, A, C: float, gamma: float):
         if status is not None:
             return status, A, W, primal, dual, gap, info
         t_iter = time.perf_counter()
-        if gap < STALL_FACTOR * best_gap:
-            best_gap, since_best = gap, 0
-        else:
-            since_best += 1
-            if since_best >= STALL_ITERATIONS:
-                return "running", A, W, primal, dual, gap, info
+        progress = gap  # the gap this stage's Newton steps reduce: its own
         if stage_gamma != gamma:
             ps, ds = prob.values(S, A, sq_w, C, stage_gamma)
-            stage_gap = relative_gap(ps, ds + 0.5 * lam * (sq_w - sq_a))
-            smaller = next_stage_gamma(stage_gamma, gap, stage_gap, run.eps)
+            progress = relative_gap(ps, ds + 0.5 * lam * (sq_w - sq_a))
+            smaller = next_stage_gamma(stage_gamma, gap, progress, run.eps)
             if smaller is not None:
                 if C * prob.r2 / smaller > MAX_CURVATURE:
                     return "running", A, W, primal, dual, gap, info
-                best_gap, since_best = math.inf, 0
+                best_gap, since_best, progress = math.inf, 0, None  # a new stage starts
                 stage_gamma = smaller
                 info["gamma_stages"].append(stage_gamma)
                 W_A = features_t_dot(prob.X, -C * deriv.gradient(S, stage_gamma))
+        if progress is not None and progress < STALL_FACTOR * best_gap:
+            best_gap, since_best = progress, 0
+        elif progress is not None and full_step:
+            since_best += 1
+            if since_best >= STALL_ITERATIONS:
+                return "running", A, W, primal, dual, gap, info
         grad = (W - W_A).T.reshape(-1)
         step = _newton_step(_hessian(prob.X, deriv, C, m), grad)
         if step is None:
@@ -376,6 +378,7 @@ def solve_newton(prob: SDCAProblem, run: Run, A, C: float, gamma: float):
             t *= 0.5
         else:
             return "running", A, W, primal, dual, gap, info
+        full_step = t == 1.0
         W = W + t * D
         S = prob.scores(W)  # the certificate needs P of W itself, not of the summed scores
         info["newton_iterations"] += 1
