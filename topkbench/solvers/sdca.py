@@ -80,7 +80,7 @@ def _hand_over(run: Run, prob: SDCAProblem, accelerate: str, C: float, gamma: fl
     if cond < ACCEL_MIN_CONDITION:
         return False
     if newton_applicable(prob):
-        # Newton's iterations hardly depend on the conditioning: no need to watch plain SDCA
+        # Newton's cost does not grow with the conditioning: no need to watch plain SDCA
         return True
     if run.epochs < ACCEL_MIN_EPOCHS:
         return False
