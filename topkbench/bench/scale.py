@@ -133,7 +133,7 @@ def bench_scale(
     C: float = 1.0, epochs: int = 3, fmt: str = "npy", seed: int = 0, directory=None,
     progress=None,
 ) -> list[ScaleBenchRow]:  # fmt: skip
-    """Issue 7's memory run: write the float32 problem to disk (``directory``, else a
+    """The memory run: write the float32 problem to disk (``directory``, else a
     temporary one that is removed), then train each method in a fresh Python process on the
     memory-mapped file and report its epoch time and peak resident memory."""
     import json
