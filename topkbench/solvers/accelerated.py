@@ -87,6 +87,12 @@ def loss_smoothness(loss_id: int, gamma: float) -> float:
     return float(gamma)
 
 
+def first_stage_gamma(loss_id: int, gamma: float) -> float:
+    """The smoothing a run starts from: ``gamma`` itself for a smooth loss, else
+    :data:`GAMMA_START` (the first stage of the continuation)."""
+    return gamma if loss_smoothness(loss_id, gamma) > 0.0 else GAMMA_START
+
+
 def next_stage_gamma(stage_gamma: float, gap: float, stage_gap: float, eps: float):
     """The next smoothing of a continuation, or None to stay at ``stage_gamma``.
 
@@ -104,7 +110,7 @@ def next_stage_gamma(stage_gamma: float, gap: float, stage_gap: float, eps: floa
 def condition_number(prob: SDCAProblem, C: float, gamma: float) -> float:
     """``C R^2 / mu``: plain SDCA's epochs per digit, up to a constant (``mu`` of the first
     continuation stage for a nonsmooth loss)."""
-    mu = loss_smoothness(prob.loss_id, gamma) or GAMMA_START
+    mu = loss_smoothness(prob.loss_id, first_stage_gamma(prob.loss_id, gamma))
     return C * prob.r2 / mu
 
 
@@ -122,7 +128,7 @@ def solve_accelerated(prob: SDCAProblem, run: Run, A, C: float, gamma: float):
     n = prob.n
     lam = 1.0 / (C * n)
     mu = loss_smoothness(prob.loss_id, gamma)
-    stage_gamma = gamma if mu > 0.0 else GAMMA_START
+    stage_gamma = first_stage_gamma(prob.loss_id, gamma)
     info = {"accelerated_from_epoch": run.epochs, "gamma_stages": [], "restarts": 0}
     start_point = prob.rep_of(A)
     while True:

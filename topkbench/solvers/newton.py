@@ -81,7 +81,7 @@ from scipy.special import expit, logsumexp
 
 from topkbench.losses import dispatch as _k
 from topkbench.losses import ids
-from topkbench.solvers.accelerated import GAMMA_START, loss_smoothness, next_stage_gamma
+from topkbench.solvers.accelerated import first_stage_gamma, next_stage_gamma
 from topkbench.solvers.problem import Run, SDCAProblem, features_t_dot, relative_gap
 
 # the Hessian is (d m)^2 doubles and costs about n m^2 d^2 flops per iteration
@@ -319,7 +319,7 @@ def solve_newton(prob: SDCAProblem, run: Run, A, C: float, gamma: float):
     n, m = prob.n, prob.m
     lam = 1.0 / (C * n)
     deriv = _Derivatives(prob)
-    stage_gamma = gamma if loss_smoothness(prob.loss_id, gamma) > 0.0 else GAMMA_START
+    stage_gamma = first_stage_gamma(prob.loss_id, gamma)
     info = {"newton_from_epoch": run.epochs, "newton_iterations": 0, "gamma_stages": [stage_gamma]}
     no_dual = np.zeros((n, m))
     W = prob.rep_of(A)
