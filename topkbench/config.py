@@ -5,11 +5,12 @@ The core never sees a ``DictConfig`` (STYLE.md); this module is the boundary.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
 
+from topkbench.data.specs import ALL_KINDS, PreprocessSpec
 from topkbench.errors import ConfigError
 from topkbench.metrics.multilabel import EMPTY_CONVENTIONS
 from topkbench.validation import (
@@ -36,15 +37,17 @@ EXPERIMENT_KEYS = frozenset(
      "blocks", "metrics", "delta_grid", "max_gram_gb", "class_columns", "threshold_rule",
      "certify_time_limit", "certify_max_epochs", "empty_label", *SOLVER_KEYS}
 )  # fmt: skip
+# a dataset's keys: its identity, its files (topkbench.data.files), and every typed option
 DATASET_KEYS = DOC_KEYS | {
-    "name", "kind", "base", "bias", "cardinality", "files", "holdout", "n_classes", "n_features",
-    "n_labels", "n_test", "n_train", "n_val", "noise", "nonlinear", "pca", "regions",
-    "separation", "train", "val", "test", "xml", "zero_based", "float32", "scale", "names_var",
-}  # fmt: skip
-# typed dataset options: (cast check, lower bound)
+    "name", "kind", "base", "files", "train", "val", "test", "xml", "holdout",
+} | {f.name for cls in (*ALL_KINDS.values(), PreprocessSpec) for f in fields(cls)}  # fmt: skip
+# integer options' lower bounds; booleans are every spec field typed bool
 _DATASET_INTS = {"n_train": 1, "n_val": 0, "n_test": 0, "n_features": 1, "n_classes": 2,
                  "regions": 1}  # fmt: skip
-_DATASET_BOOLS = ("zero_based", "float32", "nonlinear")
+_DATASET_BOOLS = tuple(sorted(
+    {f.name for cls in (*ALL_KINDS.values(), PreprocessSpec) for f in fields(cls)
+     if f.type == "bool"}
+))  # fmt: skip
 
 
 def check_override_keys(command: str, overrides: list[str] | None) -> None:
@@ -187,6 +190,20 @@ class DatasetConfig:
 
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, **dict(self.options)}
+
+    @property
+    def spec(self):
+        """The typed parameters of this dataset's kind (:mod:`topkbench.data.specs`)."""
+        from topkbench.data.specs import kind_spec
+
+        return kind_spec(self.kind, dict(self.options))
+
+    @property
+    def preprocess(self):
+        """The preprocessing every kind shares (:class:`topkbench.data.specs.PreprocessSpec`)."""
+        from topkbench.data.specs import preprocess_spec
+
+        return preprocess_spec(dict(self.options))
 
     def spec_dict(self) -> dict[str, Any]:
         """What determines the data (for record keys): no titles, notes or download URLs."""
@@ -528,9 +545,9 @@ def _choice(d: dict[str, Any], key: str, default: str, allowed: tuple[str, ...])
 
 def dataset_has_val(cfg: DatasetConfig) -> bool:
     """Whether a dataset comes with a validation split (generated sets: n_val > 0)."""
-    from topkbench.data.specs import GENERATED_KINDS, generated_spec
+    from topkbench.data.specs import GENERATED_KINDS
 
     if cfg.kind in GENERATED_KINDS:
-        return generated_spec(cfg.kind, dict(cfg.options)).n_val > 0
+        return cfg.spec.n_val > 0
     files = cfg.get("files") or {"val": cfg.get("val")}
     return isinstance(files, dict) and files.get("val") is not None

@@ -33,6 +33,8 @@ OUT_OPT = typer.Option(Path("results/bench"), help="output directory")
 BENCH_D_OPT = typer.Option(128, help="features")
 BENCH_M_OPT = typer.Option(100, help="classes")
 METHOD_SPEC_HELP = "name[:gamma[:k]], repeatable"
+SEED_OPT = typer.Option(0, help="drives every random choice (data, permutations)")
+TOPK_OPT = typer.Option(3, help="k of the top-k loss")
 app.add_typer(bench_app, name="bench")
 data_app = typer.Typer(
     no_args_is_help=True,

@@ -10,6 +10,8 @@ import typer
 
 from topkbench.cli.app import (
     OUT_OPT,
+    SEED_OPT,
+    TOPK_OPT,
     bench_app,
     compose,
     handle_errors,
@@ -36,7 +38,7 @@ def bench_projections_cmd(
     methods: list[str] = typer.Option(
         None, "--method", help="set to time (repeatable; default all, see the CSV's names)"
     ),
-    seed: int = typer.Option(0),
+    seed: int = SEED_OPT,
     out: Path = OUT_OPT,
 ) -> None:
     setup_logging(False)
@@ -92,7 +94,7 @@ def bench_bipartite_cmd(
     ),
     problems: int = typer.Option(1000, help="projections per dimension"),
     rho: float = typer.Option(10.0, help="radius of B(rho)"),
-    seed: int = typer.Option(0),
+    seed: int = SEED_OPT,
     out: Path = typer.Option(Path("results/bench/bipartite.csv"), help="CSV output"),
 ) -> None:
     setup_logging(False)
@@ -184,11 +186,11 @@ def bench_kato_fig2_cmd(
     n: int = _N_OPT,
     d: int = _D_OPT,
     m: int = _M_OPT,
-    k: int = typer.Option(3),
+    k: int = TOPK_OPT,
     C: float = _C_OPT,
     iters: int = typer.Option(300, help="SDCA epochs / Frank-Wolfe iterations per solver"),
     budget: float = typer.Option(2.0, help="CPU seconds at which the summary reads each gap"),
-    seed: int = typer.Option(0),
+    seed: int = SEED_OPT,
     out: Path = OUT_OPT,
 ) -> None:
     setup_logging(False)
@@ -259,14 +261,14 @@ def bench_kato_fig3_cmd(
     n: int = _N_OPT,
     d: int = _D_OPT,
     m: int = _M_OPT,
-    k: int = typer.Option(3),
+    k: int = TOPK_OPT,
     C: float = _C_OPT,
     gammas: list[float] = typer.Option(
         None, "--gamma", help="smoothing gamma (repeatable; default 0, 1e-3, 1e-2, 1e-1)"
     ),
     iters: int = _FW_ITERS_OPT,
     target: float = _TARGET_OPT,
-    seed: int = typer.Option(0),
+    seed: int = SEED_OPT,
     out: Path = OUT_OPT,
 ) -> None:
     setup_logging(False)
@@ -295,12 +297,12 @@ def bench_kato_fig4_cmd(
     n: int = _N_OPT,
     d: int = _D_OPT,
     m: int = _M_OPT,
-    k: int = typer.Option(3),
+    k: int = TOPK_OPT,
     C: float = _C_OPT,
     fw: str = typer.Option("standard", help="Frank-Wolfe variant: standard, away or pairwise"),
     iters: int = _FW_ITERS_OPT,
     target: float = _TARGET_OPT,
-    seed: int = typer.Option(0),
+    seed: int = SEED_OPT,
     out: Path = OUT_OPT,
 ) -> None:
     setup_logging(False)

@@ -13,6 +13,7 @@ from topkbench.cli.app import (
     BENCH_D_OPT,
     BENCH_M_OPT,
     METHOD_SPEC_HELP,
+    SEED_OPT,
     bench_app,
     handle_errors,
     log,
@@ -33,7 +34,7 @@ def bench_sdca_cmd(
     m: int = BENCH_M_OPT,
     epochs: int = typer.Option(5, help="epochs timed per method (median reported)"),
     C: float = typer.Option(1.0, help="C = 1/(lambda n) of the epoch timing"),
-    seed: int = typer.Option(0),
+    seed: int = SEED_OPT,
     method: list[str] = typer.Option(
         None,
         "--method",
@@ -150,7 +151,7 @@ def bench_conditioning_cmd(
     ),
     eps: float = typer.Option(1e-3, help="relative duality gap to reach"),
     time_limit: float = typer.Option(30.0, help="seconds budget per fit"),
-    seed: int = typer.Option(0, help="drives the data and the permutations"),
+    seed: int = SEED_OPT,
     out: Path = typer.Option(
         Path("results/bench/conditioning.csv"),
         help="CSV output; conditioning_summary.csv and conditioning.png go beside it",
@@ -230,7 +231,7 @@ def bench_scale_cmd(
     epochs: int = typer.Option(3, help="SDCA epochs (each followed by the gap certificate)"),
     C: float = typer.Option(1.0, help="C = 1/(lambda n)"),
     fmt: str = typer.Option("npy", "--format", help="npy or h5 (contiguous HDF5 dataset)"),
-    seed: int = typer.Option(0),
+    seed: int = SEED_OPT,
     method: list[str] = typer.Option(
         None, "--method", help=f"{METHOD_SPEC_HELP} (default: svm_multi)"
     ),
@@ -292,7 +293,7 @@ def bench_peers_cmd(
     separation: float = typer.Option(
         0.5, help="class-mean scale (0.5: partly overlapping classes, as in bench sdca's study)"
     ),
-    seed: int = typer.Option(0),
+    seed: int = SEED_OPT,
     tol: float = typer.Option(1e-3, help="relative suboptimality (P - P*)/|P*| to reach"),
     method: list[str] = typer.Option(
         None, "--method", help="our method, repeatable (default lr_multi svm_multi svm_ova lr_ova)"

@@ -50,7 +50,7 @@ from topkbench.data.files import (
     resolve_path,
 )
 from topkbench.data.preprocess import SCALINGS, append_bias, apply_holdout, scale_features
-from topkbench.data.specs import generated_spec
+from topkbench.data.specs import FILE_KINDS, GENERATED_KINDS
 from topkbench.errors import ConfigError, DataFormatError, DatasetNotFoundError
 from topkbench.validation import check_choice
 
@@ -83,7 +83,7 @@ class Dataset:
         return sp.issparse(next(iter(self.splits.values()))[1])
 
 
-DATASET_KINDS = ("circle", "gaussian", "multilabel_synth", "libsvm", "mat", "features", "mulan")
+DATASET_KINDS = (*GENERATED_KINDS, *FILE_KINDS)
 
 
 def _check_finite(X, source: str) -> None:
@@ -152,7 +152,7 @@ def assemble(
         label_names = [str(c) for c in classes]
     splits = {s: (raw[s][0], codes[s]) for s in SPLIT_ORDER if s in raw}
     splits.update({s: (raw[s][0], codes[s]) for s in raw if s not in splits})
-    pca = cfg.get("pca")
+    pca = cfg.preprocess.pca
     if pca:
         from topkbench.data.pca import gram_pca
 
@@ -163,7 +163,7 @@ def assemble(
         for s, Z in zip(others, Zo, strict=True):
             splits[s] = (Z, splits[s][1])
         provenance["pca"] = f"{len(ev)} components fitted on train ({pca})"
-    bias = float(cfg.get("bias", 0.0))
+    bias = cfg.preprocess.bias
     splits = {s: (append_bias(X, bias), y) for s, (X, y) in splits.items()}
     return Dataset(cfg.name, splits, len(classes), label_names, provenance, image_ids)
 
@@ -174,7 +174,7 @@ def _load_libsvm(cfg: DatasetConfig) -> Dataset:
     raw = {}
     for split, entry in file_entries(cfg).items():
         path = resolve_path(cfg, entry["file"])
-        data = read_libsvm(path, zero_based=bool(cfg.get("zero_based", False)))
+        data = read_libsvm(path, zero_based=cfg.spec.zero_based)
         if any(len(labs) != 1 for labs in data.labels):
             i = next(i for i, labs in enumerate(data.labels) if len(labs) != 1)
             raise DataFormatError(
@@ -194,7 +194,7 @@ def _load_mat(cfg: DatasetConfig) -> Dataset:
         raise ConfigError(f"dataset {cfg.name}: kind 'mat' reads all splits from one file")
     path = resolve_path(cfg, next(iter(entries.values()))["file"])
     prefixes = {s: str(e.get("prefix", s)) for s, e in entries.items()}
-    splits, names = read_split_mat(path, prefixes, names_var=cfg.get("names_var", "classnames"))
+    splits, names = read_split_mat(path, prefixes, names_var=cfg.spec.names_var)
     raw = {s: (X, y, str(path)) for s, (X, y) in splits.items()}
     return assemble(cfg, raw, names, provenance={"file": str(path)})
 
@@ -243,7 +243,7 @@ def _load_features(cfg: DatasetConfig) -> Dataset:
 def _make_multilabel_synth(cfg: DatasetConfig, seed: int) -> Dataset:
     from topkbench.data.synthetic import make_multilabel
 
-    spec = generated_spec(cfg.kind, dict(cfg.options))
+    spec = cfg.spec
     m = spec.n_labels
     regions = spec.regions
     parts = make_multilabel(seed, **{k: v for k, v in asdict(spec).items() if k != "regions"})
@@ -271,12 +271,12 @@ def _load_mulan(cfg: DatasetConfig) -> Dataset:
     extra = extra_file_entries(cfg)
     xml_path = resolve_path(cfg, extra[0]["file"]) if extra else None
     names = read_label_xml(xml_path) if xml_path is not None else None
-    n_labels = cfg.get("n_labels")
+    n_labels = cfg.spec.n_labels
     raw: dict[str, tuple[Any, Any, str]] = {}
     label_names = None
     for split, entry in file_entries(cfg).items():
         path = resolve_path(cfg, entry["file"])
-        data = read_mulan(path, names, None if n_labels is None else int(n_labels))
+        data = read_mulan(path, names, n_labels)
         if label_names is None:
             label_names = data.label_names
         elif data.label_names != label_names:
@@ -334,7 +334,7 @@ def assemble_multilabel(
                     src, f"split {s!r} has {X.shape[1]} features but other splits have {d}"
                 )
             raw[s] = (sp.csr_matrix((X.data, X.indices, X.indptr), shape=(X.shape[0], d)), Y, src)
-    bias = float(cfg.get("bias", 0.0))
+    bias = cfg.preprocess.bias
     order = [s for s in SPLIT_ORDER if s in raw] + [s for s in raw if s not in SPLIT_ORDER]
     splits = {s: (append_bias(raw[s][0], bias), sp.csr_matrix(raw[s][1])) for s in order}
     return Dataset(
@@ -349,10 +349,11 @@ def load_dataset(cfg: DatasetConfig, seed: int) -> Dataset:
     memory; SDCA trains on them directly and accumulates in float64); sparse ones
     stay float64."""
     ds = _load_dataset(cfg, seed)
-    scale = check_choice("dataset.scale", str(cfg.get("scale", "none")), SCALINGS)
+    pre = cfg.preprocess
+    scale = check_choice("dataset.scale", pre.scale, SCALINGS)
     if scale != "none":
-        scale_features(ds, scale, has_bias=float(cfg.get("bias", 0.0)) != 0.0)
-    if cfg.get("float32", False):
+        scale_features(ds, scale, has_bias=pre.bias != 0.0)
+    if pre.float32:
         for split, (X, y) in ds.splits.items():
             if isinstance(X, np.ndarray) and X.dtype != np.float32:
                 ds.splits[split] = (X.astype(np.float32), y)
@@ -363,9 +364,9 @@ def _load_dataset(cfg: DatasetConfig, seed: int) -> Dataset:
     if cfg.kind == "circle":
         from topkbench.data.synthetic import make_circle
 
-        spec = generated_spec(cfg.kind, dict(cfg.options))
-        splits = make_circle(seed, n_train=spec.n_train, n_val=spec.n_val, n_test=spec.n_test)
-        bias = float(cfg.get("bias", 0.0))
+        spec = cfg.spec
+        splits = make_circle(seed, **asdict(spec))
+        bias = cfg.preprocess.bias
         return Dataset(
             name=cfg.name,
             splits={k: (append_bias(v.X, bias), v.y) for k, v in splits.items()},
@@ -376,10 +377,10 @@ def _load_dataset(cfg: DatasetConfig, seed: int) -> Dataset:
     if cfg.kind == "gaussian":
         from topkbench.data.synthetic import make_gaussian
 
-        spec = generated_spec(cfg.kind, dict(cfg.options))
+        spec = cfg.spec
         m = spec.n_classes
         splits = make_gaussian(seed, **asdict(spec))
-        bias = float(cfg.get("bias", 0.0))
+        bias = cfg.preprocess.bias
         return Dataset(
             name=cfg.name,
             splits={k: (append_bias(v.X, bias), v.y) for k, v in splits.items() if len(v.y)},

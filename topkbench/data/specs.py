@@ -1,6 +1,8 @@
-"""Typed specs of the generated dataset kinds: each kind's parameters with their defaults in
-one place, read from a :class:`~topkbench.config.DatasetConfig` (the file kinds name their
-files and options in the registry and are read by their loaders).
+"""Typed dataset specs: each kind's own parameters, and the preprocessing every kind shares,
+with their defaults in one place, read from a :class:`~topkbench.config.DatasetConfig`.
+
+The file kinds' ``files``, ``holdout`` and ``xml`` entries are structured (split -> file
+entry) and are read by :mod:`topkbench.data.files` and :mod:`topkbench.data.preprocess`.
 
 A leaf module (dataclasses only), so that the config layer can ask a generated dataset
 whether it has a validation split without importing the generators.
@@ -48,6 +50,46 @@ class MultilabelSynthSpec:
     regions: int = 1
 
 
+@dataclass(frozen=True)
+class LibsvmSpec:
+    """LibSVM/SVMlight text files, one per split."""
+
+    zero_based: bool = False  # feature indices start at 0 (the format's default is 1)
+
+
+@dataclass(frozen=True)
+class MatSpec:
+    """One MATLAB file holding ``<split>_data`` / ``<split>_labels``."""
+
+    names_var: str = "classnames"  # the variable with the class names
+
+
+@dataclass(frozen=True)
+class FeaturesSpec:
+    """Precomputed features (HDF5, ``.npz``, ``.npy``; layout in :mod:`topkbench.data.features`)."""
+
+
+@dataclass(frozen=True)
+class MulanSpec:
+    """Multilabel ARFF files; without a label XML, ``n_labels`` = N takes the first N
+    attributes as labels and -N the last N."""
+
+    n_labels: int | None = None
+
+
+@dataclass(frozen=True)
+class PreprocessSpec:
+    """What every kind applies after loading, in this order: PCA fitted on train (file kinds;
+    an integer or ``nonsingular``), a constant feature of value ``bias`` (0 = none, DESIGN
+    §2), per-feature ``scale`` fitted on train (``none`` keeps the papers' raw features), and
+    float32 storage of dense features."""
+
+    pca: int | str | None = None
+    bias: float = 0.0
+    scale: str = "none"
+    float32: bool = False
+
+
 GENERATED_KINDS = {
     "circle": CircleSpec,
     "gaussian": GaussianSpec,
@@ -55,10 +97,32 @@ GENERATED_KINDS = {
 }
 
 
-def generated_spec(kind: str, options: dict[str, Any]):
-    """The spec of a generated ``kind`` from a dataset's options (other keys, such as
-    ``bias``, ``scale`` or ``title``, belong to every kind and are ignored here), each value
-    cast to its field's type."""
-    cls = GENERATED_KINDS[kind]
-    casts = {"int": int, "float": float, "bool": bool}
-    return cls(**{f.name: casts[f.type](options[f.name]) for f in fields(cls) if f.name in options})
+FILE_KINDS = {
+    "libsvm": LibsvmSpec,
+    "mat": MatSpec,
+    "features": FeaturesSpec,
+    "mulan": MulanSpec,
+}
+
+ALL_KINDS = {**GENERATED_KINDS, **FILE_KINDS}
+
+_CASTS = {"int": int, "float": float, "bool": bool, "str": str, "int | None": int,
+          "int | str | None": lambda v: v if isinstance(v, str) else int(v)}  # fmt: skip
+
+
+def _read(cls, options: dict[str, Any]):
+    return cls(**{
+        f.name: None if options[f.name] is None else _CASTS[f.type](options[f.name])
+        for f in fields(cls) if f.name in options
+    })  # fmt: skip
+
+
+def kind_spec(kind: str, options: dict[str, Any]):
+    """The spec of dataset ``kind`` from a dataset's options (keys of other kinds or of every
+    kind, such as ``bias`` or ``title``, are ignored here), each value cast to its type."""
+    return _read(ALL_KINDS[kind], options)
+
+
+def preprocess_spec(options: dict[str, Any]) -> PreprocessSpec:
+    """The preprocessing options of a dataset (:class:`PreprocessSpec`)."""
+    return _read(PreprocessSpec, options)
