@@ -328,10 +328,12 @@ def bench_kato_fig4_cmd(
 @handle_errors
 def bench_table5_cmd(
     overrides: list[str] = typer.Argument(
-        None, help="Hydra overrides applied on top (e.g. dataset sizes: see topkbench/conf/dataset)"
+        None,
+        help="Hydra overrides of the experiment (e.g. experiment.eps=0.01 "
+        "experiment.C_grid.step=1.0); the dataset is letter_synth",
     ),
     n_jobs: int = typer.Option(2, help="worker processes"),
-    out: Path = typer.Option(Path("results/bench"), help="output directory"),
+    out: Path = OUT_OPT,
 ) -> None:
     setup_logging(False)
     from dataclasses import asdict
