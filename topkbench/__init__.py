@@ -7,7 +7,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["fit", "Model", "__version__"]
+__all__ = ["fit", "load", "Model", "__version__"]
 
 
 def __getattr__(name: str):
@@ -15,4 +15,8 @@ def __getattr__(name: str):
         from topkbench import model
 
         return getattr(model, name)
+    if name == "load":
+        from topkbench.persist import load_model
+
+        return load_model
     raise AttributeError(f"module 'topkbench' has no attribute {name!r}")

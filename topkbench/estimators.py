@@ -89,6 +89,8 @@ class _TopkbenchEstimator(BaseEstimator):
             seed=self.seed, n_classes=n_classes, warm_start=warm, **extra,
         )  # fmt: skip
         self._warm_signature = signature
+        self.model_.classes = self.classes_
+        self.model_.info["training_data"] = {"arrays_blake2b": signature[-1]}
         self.n_iter_ = self.model_.epochs
         self.dual_gap_ = self.model_.relative_gap
         self.status_ = self.model_.status

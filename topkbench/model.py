@@ -13,6 +13,7 @@ import scipy.sparse as sp
 from numpy.typing import NDArray
 
 from topkbench.errors import ConfigError, ConvergenceWarning, InputError
+from topkbench.feature_map import FeatureMap
 from topkbench.gram import check_gram
 from topkbench.losses.registry import get_method
 from topkbench.solvers.problem import TracePoint
@@ -55,6 +56,7 @@ class Model:
     X_train: Any = None  # kept by RBF models to evaluate the train-test kernel
     info: dict[str, Any] = field(default_factory=dict)  # solver-specific extras
     classes: NDArray | None = None  # the label of each score column (None: 0..m-1)
+    feature_map: FeatureMap | None = None  # applied to X first (None: X is used as given)
 
     @classmethod
     def from_result(cls, res, *, method: str, params: dict[str, Any], epochs: int,
@@ -74,7 +76,23 @@ class Model:
 
     @property
     def n_classes(self) -> int:
-        return self.A.shape[1]
+        return (self.W if self.W is not None else self.A).shape[1]
+
+    @property
+    def n_features(self) -> int | None:
+        """Width of the features the model takes (None for a precomputed kernel)."""
+        if self.feature_map is not None:
+            return self.feature_map.n_features
+        if self.W is not None:
+            return self.W.shape[0]
+        return None if self.X_train is None else self.X_train.shape[1]
+
+    def save(self, path, *, training_data: dict[str, Any] | None = None):
+        """Write the model to one ``.npz`` file (arrays plus JSON metadata, no pickle):
+        :func:`topkbench.persist.save_model`."""
+        from topkbench.persist import save_model
+
+        return save_model(self, path, training_data=training_data)
 
     @property
     def converged(self) -> bool:
@@ -87,6 +105,8 @@ class Model:
         train kernel; RBF models compute it from ``X`` themselves, precomputed-kernel models
         need ``K=``.
         """
+        if X is not None and self.feature_map is not None:
+            X = self.feature_map.apply(check_features(X))
         if self.kernel is None:
             if X is None:
                 raise InputError("decision_function needs X (a linear model)")
@@ -329,6 +349,8 @@ def _warm_dual(warm_start, method: str, shape: tuple[int, int], C: float):
     if isinstance(warm_start, Model):
         if warm_start.method != method:
             raise ConfigError(f"warm_start is a {warm_start.method} model; expected {method}")
+        if warm_start.A is None:
+            raise ConfigError("warm_start: this model keeps no dual (a saved linear model)")
         C_old, A_old = warm_start.params["C"], warm_start.A
     else:
         C_old, A_old = warm_start
@@ -480,4 +502,4 @@ def _ent_tr_model(name, C, k, eps, seed, start, r, warn, init_seconds: float, so
     )
 
 
-__all__ = ["Model", "fit"]
+__all__ = ["FeatureMap", "Model", "fit"]

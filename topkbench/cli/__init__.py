@@ -4,7 +4,7 @@ Each module holds one command group and registers it on :data:`app` when importe
 import the library lazily, so ``topkbench --help`` loads neither numba nor the kernels.
 """
 
-from topkbench.cli import bench_papers, bench_solvers, data, experiments, train  # noqa: F401
+from topkbench.cli import bench_papers, bench_solvers, data, experiments, predict, train  # noqa: F401
 from topkbench.cli.app import app, compose
 
 

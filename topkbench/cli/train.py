@@ -6,6 +6,7 @@ import json
 import math
 import sys
 import warnings
+from pathlib import Path
 
 import typer
 
@@ -37,12 +38,15 @@ OVERRIDES_HELP = (
 def train(
     overrides: list[str] = typer.Argument(None, help=OVERRIDES_HELP, show_default=False),
     as_json: bool = typer.Option(False, "--json", help="Print exactly one JSON object."),
+    save: Path = typer.Option(
+        None, "--save", help="Write the model to this .npz file (topkbench predict reads it)."
+    ),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     setup_logging(verbose)
     from topkbench.config import TrainConfig, method_options
     from topkbench.data.dataset import load_dataset
-    from topkbench.errors import ConvergenceWarning
+    from topkbench.errors import ConfigError, ConvergenceWarning
     from topkbench.experiments.evaluation import evaluate_multilabel, training_targets
     from topkbench.metrics.topk import topk_accuracy
     from topkbench.model import fit
@@ -50,6 +54,12 @@ def train(
     cfg = TrainConfig.from_dict(compose(overrides, "train"))
     check_data_files(cfg.dataset)
     ds = load_dataset(cfg.dataset, cfg.seed)
+    if save is not None and ds.feature_map is None:
+        raise ConfigError(
+            f"--save: dataset {ds.name} is projected by PCA fitted on its training split, and a "
+            "saved model keeps no projection to apply to new data",
+            hint="train on the dataset without pca: to save the model",
+        )
     Xtr, ytr = ds.splits["train"]
     ytr = training_targets(ds, "train", cfg.method)
     with warnings.catch_warnings(record=True) as caught:
@@ -81,6 +91,17 @@ def train(
         else:
             acc = topk_accuracy(scores, ys, ks)
             metrics[split] = {f"top{k}": v for k, v in acc.items()}
+    if save is not None:
+        import numpy as np
+
+        from topkbench.data.files import file_digests
+
+        from dataclasses import replace
+
+        data = {"dataset": ds.name, "spec": cfg.dataset.spec_dict(), "seed": cfg.seed,
+                "file_sha256": file_digests(cfg.dataset)}  # fmt: skip
+        saved = replace(model, classes=np.asarray(ds.label_names), feature_map=ds.feature_map)
+        log.info("model written to %s", saved.save(save, training_data=data))
     out = {
         "dataset": ds.name,
         "method": model.method,

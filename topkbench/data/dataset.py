@@ -49,9 +49,10 @@ from topkbench.data.files import (
     missing_files,
     resolve_path,
 )
-from topkbench.data.preprocess import SCALINGS, append_bias, apply_holdout, scale_features
+from topkbench.data.preprocess import SCALINGS, apply_holdout, scale_features
 from topkbench.data.specs import FILE_KINDS, GENERATED_KINDS
 from topkbench.errors import ConfigError, DataFormatError, DatasetNotFoundError
+from topkbench.feature_map import FeatureMap, append_bias
 from topkbench.validation import check_choice
 
 logger = logging.getLogger(__name__)
@@ -73,6 +74,8 @@ class Dataset:
     image_ids: dict[str, np.ndarray] = field(default_factory=dict)
     # multilabel data: one class per example for multiclass training (TPAMI §6.3, Tables 10-12)
     primary: dict[str, np.ndarray] = field(default_factory=dict)
+    # raw features -> the training features (scaling, bias); None where it cannot be replayed
+    feature_map: FeatureMap | None = None
 
     @property
     def n_features(self) -> int:
@@ -351,8 +354,12 @@ def load_dataset(cfg: DatasetConfig, seed: int) -> Dataset:
     ds = _load_dataset(cfg, seed)
     pre = cfg.preprocess
     scale = check_choice("dataset.scale", pre.scale, SCALINGS)
+    shift = div = None
     if scale != "none":
-        scale_features(ds, scale, has_bias=pre.bias != 0.0)
+        shift, div = scale_features(ds, scale, has_bias=pre.bias != 0.0)
+    if not pre.pca:  # a PCA projection is not replayed on new data
+        raw = ds.n_features - (pre.bias != 0.0)
+        ds.feature_map = FeatureMap(raw, shift, div, pre.bias)
     if pre.float32:
         for split, (X, y) in ds.splits.items():
             if isinstance(X, np.ndarray) and X.dtype != np.float32:

@@ -19,16 +19,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-def append_bias(X, value: float):
-    """Append a constant feature ``value`` (DESIGN §2: no bias term unless a config asks)."""
-    if value == 0.0:
-        return X
-    if sp.issparse(X):
-        col = sp.csr_matrix(np.full((X.shape[0], 1), value))
-        return sp.hstack([X, col], format="csr")
-    return np.hstack([X, np.full((X.shape[0], 1), value)])
-
-
 def stratified_holdout(y: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Row indices (keep, held out): ``round(fraction * n_c)`` of each class held out."""
     rng = np.random.default_rng(seed)
@@ -100,7 +90,7 @@ SCALINGS = ("none", "standard", "maxabs")
 MAX_DENSE_GB = 4.0
 
 
-def scale_features(ds: Dataset, how: str, has_bias: bool = False) -> None:
+def scale_features(ds: Dataset, how: str, has_bias: bool = False):
     """Scale every split's features in place by statistics of the training split.
 
     ``standard``: ``(x_j - mean_j) / std_j``; centring fills a sparse matrix, so sparse
@@ -108,7 +98,7 @@ def scale_features(ds: Dataset, how: str, has_bias: bool = False) -> None:
     sparsity).  Columns that are constant (std 0) or zero on train keep a unit divisor; an
     appended bias column is left as it is.  Scaling changes the problem, and with it C's
     meaning: R^2 = max ||x||^2 falls from up to ~1e5 on raw real features to about d, which is
-    what makes SDCA fast there.
+    what makes SDCA fast there.  Returns the ``(shift, div)`` applied to the first columns.
     """
     X = ds.splits["train"][0]
     d = X.shape[1] - (1 if has_bias else 0)
@@ -141,3 +131,4 @@ def scale_features(ds: Dataset, how: str, has_bias: bool = False) -> None:
             Xs[:, :d] = (Xs[:, :d] - shift) / div
         ds.splits[split] = (Xs, y)
     ds.provenance["scale"] = f"{how}, fitted on train"
+    return shift, div

@@ -1,0 +1,199 @@
+"""Saved models: a round trip keeps every score and the certificate, for linear, RBF,
+precomputed-kernel and nonconvex models and for models that carry their feature scaling;
+bad files and data of the wrong width get one-line errors; ``train --save`` and ``predict``
+work end to end on LibSVM files."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from typer.testing import CliRunner
+
+import topkbench
+from topkbench.cli import app
+from topkbench.data.synthetic import make_gaussian
+from topkbench.errors import ConfigError, DataFormatError, InputError
+from topkbench.feature_map import FeatureMap
+from topkbench.persist import load_model, read_metadata
+
+runner = CliRunner()
+
+
+def _problem(seed=0, m=5, n=80, d=4):
+    part = make_gaussian(seed, n_train=n, n_val=0, n_test=0, n_features=d, n_classes=m,
+                         separation=1.0)["train"]  # fmt: skip
+    return part.X, part.y
+
+
+@pytest.mark.parametrize(
+    "method, kwargs",
+    [
+        ("svm_multi", {}),
+        ("topk_svm_alpha", {"k": 2}),
+        ("topk_ent_tr", {"k": 2}),  # nonconvex: no dual, NaN gap
+        ("svm_multi", {"kernel": "rbf", "theta": 0.3}),
+        ("wtopk_svm", {"k": 2, "weights": "linear", "max_epochs": 50}),
+    ],
+)
+def test_round_trip_keeps_scores_and_certificate(tmp_path, method, kwargs):
+    X, y = _problem()
+    model = topkbench.fit(X, y, method, C=2.0, warn=False, **kwargs)
+    model.classes = np.array(["a", "b", "c", "d", "e"])
+    path = model.save(tmp_path / "model.npz", training_data={"note": "unit test"})
+    back = topkbench.load(path)
+    np.testing.assert_array_equal(back.decision_function(X), model.decision_function(X))
+    for name in ("method", "params", "status", "epochs", "kernel", "theta"):
+        assert getattr(back, name) == getattr(model, name)
+    for name in ("primal", "dual", "relative_gap"):
+        a, b = getattr(back, name), getattr(model, name)
+        assert (math.isnan(a) and math.isnan(b)) or a == b
+    assert list(back.classes) == list("abcde")
+    assert back.info["training_data"] == {"note": "unit test"}
+    meta = read_metadata(path)
+    assert meta["versions"]["topkbench"] == topkbench.__version__
+    with np.load(path, allow_pickle=False) as npz:  # an object array would raise here
+        assert all(npz[name].dtype != object for name in npz.files)
+
+
+def test_precomputed_kernel_model_round_trip(tmp_path):
+    X, y = _problem()
+    K = X @ X.T
+    model = topkbench.fit(None, y, "lr_multi", K=K, C=1.0)
+    back = topkbench.load(model.save(tmp_path / "k.npz"))
+    np.testing.assert_array_equal(back.decision_function(K=K[:7]), model.decision_function(K=K[:7]))
+    with pytest.raises(InputError, match="precomputed kernel"):
+        back.decision_function(X)
+
+
+def test_feature_map_takes_raw_features(tmp_path):
+    X, y = _problem(d=3)
+    raw = 40.0 * X + 7.0
+    shift, div = raw.mean(0), raw.std(0)
+    fmap = FeatureMap(3, shift, div, bias=1.0)
+    Z = fmap.apply(raw)
+    np.testing.assert_allclose(Z[:, :3], (raw - shift) / div)
+    np.testing.assert_array_equal(Z[:, 3], 1.0)
+    model = topkbench.fit(Z, y, "lr_multi", C=1.0)
+    saved = replace(model, feature_map=fmap).save(tmp_path / "m.npz")
+    back = topkbench.load(saved)
+    np.testing.assert_allclose(back.decision_function(raw), model.decision_function(Z))
+    np.testing.assert_allclose(back.decision_function(sp.csr_matrix(raw)),
+                               model.decision_function(Z))  # fmt: skip
+    assert back.n_features == 3
+    with pytest.raises(InputError, match="X has 4 features, the model was trained on 3"):
+        back.decision_function(Z)
+    maxabs = FeatureMap(3, np.zeros(3), np.abs(raw).max(0))
+    np.testing.assert_allclose(maxabs.apply(sp.csr_matrix(raw)).toarray(),
+                               raw / np.abs(raw).max(0))  # fmt: skip
+
+
+def test_bad_model_files_are_refused(tmp_path):
+    with pytest.raises(InputError, match="no such model file"):
+        load_model(tmp_path / "missing.npz")
+    junk = tmp_path / "junk.npz"
+    junk.write_text("not a zip")
+    with pytest.raises(DataFormatError, match="junk.npz: not a saved topkbench model"):
+        load_model(junk)
+    other = tmp_path / "other.npz"
+    np.savez(other, W=np.zeros((2, 2)))
+    with pytest.raises(DataFormatError, match="no metadata"):
+        load_model(other)
+    X, y = _problem()
+    path = topkbench.fit(X, y, "lr_multi").save(tmp_path / "m.npz")
+    with np.load(path) as npz:
+        arrays = dict(npz)
+    meta = json.loads(str(arrays["metadata"]))
+    meta["format_version"] = 99
+    arrays["metadata"] = np.array(json.dumps(meta))
+    np.savez(tmp_path / "future.npz", **arrays)
+    with pytest.raises(DataFormatError, match="version 99"):
+        load_model(tmp_path / "future.npz")
+
+
+def test_saved_linear_model_cannot_warm_start(tmp_path):
+    X, y = _problem()
+    back = topkbench.load(topkbench.fit(X, y, "lr_multi").save(tmp_path / "m.npz"))
+    assert back.A is None
+    with pytest.raises(ConfigError, match="keeps no dual"):
+        topkbench.fit(X, y, "lr_multi", warm_start=back)
+
+
+def test_estimator_model_saves_its_classes_and_data_hash(tmp_path):
+    from topkbench.estimators import TopKClassifier
+
+    X, y = _problem()
+    names = np.array(["ant", "bee", "cat", "dog", "eel"])[y]
+    clf = TopKClassifier(method="lr_multi").fit(X, names)
+    back = topkbench.load(clf.model_.save(tmp_path / "m.npz"))
+    assert list(back.classes) == list(clf.classes_)
+    assert len(back.info["training_data"]["arrays_blake2b"]) == 32
+    np.testing.assert_array_equal(back.decision_function(X), clf.model_.decision_function(X))
+
+
+def _write_libsvm(path, X, y, labels_offset=2):
+    with open(path, "w") as fh:
+        for row, label in zip(X, y, strict=True):
+            feats = " ".join(f"{j + 1}:{v:.6g}" for j, v in enumerate(row))
+            fh.write(f"{3 * label + labels_offset} {feats}\n")
+
+
+def test_train_save_then_predict_on_libsvm_files(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    parts = make_gaussian(1, n_train=300, n_val=0, n_test=120, n_features=6, n_classes=5,
+                          separation=1.0)  # fmt: skip
+    _write_libsvm("train.svm", 30 * parts["train"].X + 5, parts["train"].y)
+    _write_libsvm("test.svm", 30 * parts["test"].X + 5, parts["test"].y)
+    res = runner.invoke(app, ["train", "method=lr_multi", "C=0.5", "dataset=libsvm",
+                              "dataset.train=train.svm", "dataset.test=test.svm",
+                              "dataset.bias=1", "dataset.scale=standard", "topk=[1,3]",
+                              "--save", "model.npz", "--json"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    trained = json.loads(res.stdout.strip().splitlines()[-1])
+    meta = read_metadata("model.npz")
+    assert meta["training_data"]["dataset"] == "libsvm"
+    assert set(meta["training_data"]["file_sha256"]) == {"train.svm", "test.svm"}
+    assert meta["feature_map"] == {"bias": 1.0, "n_features": 6}
+    res = runner.invoke(app, ["predict", "model.npz", "test.svm", "--top", "3", "--out", "p.csv"])
+    assert res.exit_code == 0, res.output
+    import pandas as pd
+
+    frame = pd.read_csv("p.csv")
+    assert list(frame.columns) == ["row", "label_1", "label_2", "label_3", "score_1", "score_2",
+                                   "score_3", "true"]  # fmt: skip
+    assert len(frame) == 120
+    assert (frame["score_1"] >= frame["score_2"]).all()
+    top3 = frame[["label_1", "label_2", "label_3"]].to_numpy() == frame[["true"]].to_numpy()
+    assert top3.any(axis=1).mean() == pytest.approx(trained["metrics"]["test"]["top3"])
+    top1 = (frame["label_1"] == frame["true"]).mean()
+    assert top1 == pytest.approx(trained["metrics"]["test"]["top1"])
+    assert "top-3 accuracy on test.svm" in res.output
+    # the raw .npy features of the test file, without labels, give the same predictions
+    np.save("test.npy", 30 * parts["test"].X + 5)
+    res = runner.invoke(app, ["predict", "model.npz", "test.npy", "--top", "3"])
+    assert res.exit_code == 0, res.output
+    assert "accuracy" not in res.output
+    # data of the wrong width: a one-line error naming both widths
+    np.save("wide.npy", np.zeros((4, 7)))
+    res = runner.invoke(app, ["predict", "model.npz", "wide.npy"])
+    assert res.exit_code == 3
+    assert "X has 7 features, the model was trained on 6" in res.output
+    res = runner.invoke(app, ["predict", "model.npz", "test.svm", "--top", "9"])
+    assert res.exit_code == 2 and "--top must be in [1, 5]" in res.output
+
+
+def test_train_save_refuses_pca_features(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    parts = make_gaussian(2, n_train=60, n_val=0, n_test=20, n_features=4, n_classes=3,
+                          separation=1.0)  # fmt: skip
+    _write_libsvm("train.svm", parts["train"].X, parts["train"].y)
+    res = runner.invoke(app, ["train", "method=lr_multi", "dataset=libsvm",
+                              "dataset.train=train.svm", "+dataset.pca=2",
+                              "--save", "m.npz"])  # fmt: skip
+    assert res.exit_code == 2, res.output
+    assert "PCA" in res.output
+    assert not (tmp_path / "m.npz").exists()

@@ -1,0 +1,171 @@
+"""Saved models: one ``.npz`` file, read back without pickle.
+
+The archive holds the model's arrays -- ``W`` (linear models) or the dual ``A`` (kernel
+models, whose scores are ``K A``), the training features ``X_train`` of an RBF model, the
+scaling ``shift``/``div`` of its :class:`~topkbench.model.FeatureMap` -- and ``metadata``, a
+JSON document: the method and its parameters, the class labels, the certificate (primal, dual,
+relative gap, status, epochs), the solver's extras, a description of the training data
+(hashes of its files, or of its arrays), and the versions that wrote it.
+
+A linear model keeps no dual (n x m, often far larger than W), so a loaded linear model
+cannot warm-start a fit; its per-epoch trace is not kept either.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from topkbench.errors import DataFormatError, InputError
+
+FORMAT = "topkbench-model"
+FORMAT_VERSION = 1
+
+
+def _jsonable(obj):
+    """Plain JSON values: numpy scalars and arrays as numbers and lists, NaN/Inf as null."""
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, np.ndarray)):
+        return [_jsonable(v) for v in (obj.tolist() if isinstance(obj, np.ndarray) else obj)]
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    raise InputError(f"cannot save {type(obj).__name__} value {obj!r} in the model metadata")
+
+
+def _number(v) -> float:
+    return float("nan") if v is None else float(v)
+
+
+def save_model(model, path, *, training_data: dict[str, Any] | None = None) -> Path:
+    """Write ``model`` to ``path`` (``.npz``), atomically (a partial file never replaces an
+    existing one).  ``training_data`` describes the data it was trained on (e.g. dataset
+    name and file hashes); the estimators record a hash of their arrays there."""
+    import topkbench
+
+    path = Path(path)
+    arrays: dict[str, np.ndarray] = {}
+    if model.kernel is None:
+        arrays["W"] = np.asarray(model.W, dtype=np.float64)
+    else:
+        arrays["A"] = np.asarray(model.A, dtype=np.float64)
+        if model.kernel == "rbf":
+            X = model.X_train
+            arrays["X_train"] = np.asarray(X.toarray() if hasattr(X, "toarray") else X,
+                                           dtype=np.float64)  # fmt: skip
+    fmap = model.feature_map
+    if fmap is not None and fmap.div is not None:
+        arrays["shift"], arrays["div"] = fmap.shift, fmap.div
+    classes = None
+    if model.classes is not None:
+        classes = _jsonable(np.asarray(model.classes))
+    meta = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "method": model.method,
+        "params": _jsonable(model.params),
+        "kernel": model.kernel,
+        "theta": model.theta,
+        "n_classes": model.n_classes,
+        "classes": classes,
+        "feature_map": None
+        if fmap is None
+        else {"n_features": fmap.n_features, "bias": fmap.bias},  # fmt: skip
+        "certificate": _jsonable(
+            {
+                "primal": model.primal,
+                "dual": model.dual,
+                "relative_gap": model.relative_gap,
+                "status": model.status,
+                "epochs": model.epochs,
+                "train_seconds": model.train_seconds,
+            }
+        ),  # fmt: skip
+        "info": _jsonable(model.info),
+        "training_data": _jsonable(training_data or model.info.get("training_data")),
+        "versions": {
+            "topkbench": topkbench.__version__,
+            "numpy": np.__version__,
+            "python": platform.python_version(),
+        },  # fmt: skip
+    }
+    arrays["metadata"] = np.array(json.dumps(meta, allow_nan=False, sort_keys=True))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            np.savez_compressed(fh, **arrays)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def read_metadata(path) -> dict[str, Any]:
+    """The JSON metadata of a saved model (without loading its arrays)."""
+    with _open(path) as npz:
+        return _metadata(npz, path)
+
+
+def _open(path):
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: no such model file")
+    try:
+        return np.load(path, allow_pickle=False)
+    except (ValueError, OSError) as exc:
+        raise DataFormatError(str(path), f"not a saved topkbench model ({exc})") from None
+
+
+def _metadata(npz, path) -> dict[str, Any]:
+    if "metadata" not in npz.files:
+        raise DataFormatError(str(path), "not a saved topkbench model (no metadata entry)")
+    meta = json.loads(str(npz["metadata"]))
+    if meta.get("format") != FORMAT:
+        raise DataFormatError(str(path), f"not a saved topkbench model ({meta.get('format')!r})")
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise DataFormatError(
+            str(path),
+            f"model format version {meta.get('format_version')}; this topkbench reads "
+            f"version {FORMAT_VERSION}",
+        )
+    return meta
+
+
+def load_model(path):
+    """The :class:`~topkbench.model.Model` saved at ``path`` by :func:`save_model`."""
+    from topkbench.model import FeatureMap, Model
+
+    with _open(path) as npz:
+        meta = _metadata(npz, path)
+        arrays = {name: npz[name] for name in npz.files if name != "metadata"}
+    cert = meta["certificate"]
+    fmap = None
+    if meta["feature_map"] is not None:
+        fm = meta["feature_map"]
+        fmap = FeatureMap(n_features=int(fm["n_features"]), shift=arrays.get("shift"),
+                          div=arrays.get("div"), bias=float(fm["bias"]))  # fmt: skip
+    classes = None if meta["classes"] is None else np.asarray(meta["classes"])
+    info = dict(meta["info"] or {})
+    if meta.get("training_data") is not None:
+        info["training_data"] = meta["training_data"]
+    return Model(
+        method=meta["method"], params=meta["params"], W=arrays.get("W"), A=arrays.get("A"),
+        primal=_number(cert["primal"]), dual=_number(cert["dual"]),
+        relative_gap=_number(cert["relative_gap"]), status=cert["status"],
+        epochs=int(cert["epochs"]), train_seconds=float(cert["train_seconds"]),
+        kernel=meta["kernel"], theta=meta["theta"], X_train=arrays.get("X_train"), info=info,
+        classes=classes, feature_map=fmap,
+    )  # fmt: skip

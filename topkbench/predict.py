@@ -1,0 +1,87 @@
+"""Predictions of a saved model on a data file: each example's top-k labels and scores, and
+top-k accuracy (multiclass) or precision@k (multilabel) when the file carries labels."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from topkbench.errors import ConfigError, DataFormatError
+
+
+@dataclass
+class Prediction:
+    frame: object  # pandas DataFrame: row, label_1..k, score_1..k[, true]
+    metric: tuple[str, float] | None  # (name, value) when the file has labels
+    notes: list[str] = field(default_factory=list)
+
+
+def _read(path: Path, n_features: int | None, zero_based: bool):
+    """Features and raw label tuples (None for a .npy matrix) of ``path``."""
+    if path.suffix.lower() == ".npy":
+        try:
+            X = np.load(path, allow_pickle=False)
+        except (ValueError, OSError) as exc:
+            raise DataFormatError(str(path), f"not a .npy feature matrix ({exc})") from None
+        if X.ndim != 2:
+            raise DataFormatError(str(path), f"features must be 2-D; got shape {X.shape}")
+        return X, None
+    from topkbench.data.libsvm import read_libsvm
+
+    data = read_libsvm(path, n_features=n_features, zero_based=zero_based)
+    return data.X, data.labels
+
+
+def predict_file(model_path, data_path, *, top: int = 5, zero_based: bool = False) -> Prediction:
+    """Top-``top`` labels and scores of the model saved at ``model_path`` for every example of
+    ``data_path`` (LibSVM text or ``.npy``)."""
+    import pandas as pd
+
+    from topkbench.persist import load_model
+    from topkbench.validation import check_int
+
+    top = check_int("--top", top, 1)
+    model = load_model(model_path)
+    if model.kernel == "precomputed":
+        raise ConfigError(
+            "this model was trained on a precomputed kernel: it needs the test x train kernel, "
+            "not features (use Model.decision_function(K=...) from Python)"
+        )
+    m = model.n_classes
+    if top > m:
+        raise ConfigError(f"--top must be in [1, {m}] (the model has {m} classes); got {top}")
+    X, labels = _read(Path(data_path), model.n_features, zero_based)
+    S = model.decision_function(X)
+    order = np.argsort(-S, axis=1, kind="stable")[:, :top]
+    classes = np.arange(m) if model.classes is None else np.asarray(model.classes)
+    cols = {"row": np.arange(1, S.shape[0] + 1)}
+    for j in range(top):
+        cols[f"label_{j + 1}"] = classes[order[:, j]]
+    for j in range(top):
+        cols[f"score_{j + 1}"] = S[np.arange(S.shape[0]), order[:, j]]
+    notes: list[str] = []
+    metric = None
+    if labels is not None:
+        index = {str(c): j for j, c in enumerate(classes.tolist())}
+        unseen = sorted({lab for labs in labels for lab in labs if str(lab) not in index})
+        if unseen:
+            notes.append(
+                f"{len(unseen)} label value(s) of {Path(data_path).name} are not classes of the "
+                f"model (first: {unseen[:5]}); their examples count as misses"
+            )
+        true = [[index[str(lab)] for lab in labs if str(lab) in index] for labs in labels]
+        hits = np.array([len(set(t) & set(o.tolist())) for t, o in zip(true, order, strict=True)])
+        from topkbench.losses.registry import get_method
+
+        if get_method(model.method).task == "multilabel":
+            metric = (f"precision@{top}", float(np.mean(hits / top)))
+        else:
+            if any(len(labs) != 1 for labs in labels):
+                raise DataFormatError(
+                    str(data_path), "a multiclass model needs exactly one label per example"
+                )
+            metric = (f"top-{top} accuracy", float(np.mean(hits > 0)))
+        cols["true"] = [" ".join(str(lab) for lab in labs) for labs in labels]
+    return Prediction(pd.DataFrame(cols), metric, notes)
