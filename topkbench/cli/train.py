@@ -92,11 +92,11 @@ def train(
             acc = topk_accuracy(scores, ys, ks)
             metrics[split] = {f"top{k}": v for k, v in acc.items()}
     if save is not None:
+        from dataclasses import replace
+
         import numpy as np
 
         from topkbench.data.files import file_digests
-
-        from dataclasses import replace
 
         data = {"dataset": ds.name, "spec": cfg.dataset.spec_dict(), "seed": cfg.seed,
                 "file_sha256": file_digests(cfg.dataset)}  # fmt: skip
