@@ -16,9 +16,8 @@ import warnings
 import numpy as np
 
 import topkbench
-from topkbench.losses.dispatch import objective_terms
 from topkbench.losses.registry import get_method
-from topkbench.solvers.problem import as_label_csr, relative_gap
+from topkbench.solvers.problem import evaluate_objective, relative_gap
 
 
 def main() -> None:
@@ -36,7 +35,6 @@ def main() -> None:
     # labels from the quantiles of a noisy linear score: overlapping, ordered classes
     score = 2.0 * X[:, :3].sum(axis=1) + rng.normal(size=n)
     y = score.argsort().argsort() * m // n
-    lam = 1.0 / (C * n)
     printed = get_method("topk_svm_alpha").loss_id
     print(f"n={n} d={args.d} m={m} C={C:g} seed={args.seed}; every fit to relative gap 1e-10")
     for k in args.ks:
@@ -53,11 +51,7 @@ def main() -> None:
                 f"epochs={f.epochs} ({f.status})"
             )
         ps = fits["topk_svm_alpha_pseudo"]
-        lsum, csum = objective_terms(
-            X @ ps.W, *as_label_csr(y), ps.A, printed, C, 0.0, k, 0.0, 0.0, np.empty(0)
-        )
-        half = 0.5 * float(np.vdot(ps.W, ps.W))
-        P, D = lam * (half + C * lsum), lam * (C * csum - half)
+        P, D = evaluate_objective(X, y, ps.A, ps.W, printed, C, 0.0, k)
         print(
             f"k={k} pseudo solution under the printed alpha: P={P:.8f} D={D:.8f} "
             f"relative gap={relative_gap(P, D):.3g}"

@@ -41,9 +41,8 @@ __all__ = ["TopKClassifier", "MultilabelClassifier", "top_k_scorer"]
 _KERNELS = ("linear", "rbf")
 
 
-def _fingerprint(X, y) -> str:
-    """A hash of the training data, so that a warm start never reuses a dual of other data
-    (a dual is feasible only for the labels it was computed with)."""
+def _fingerprint(X, y, weights=None) -> str:
+    """A hash of the training data (features, targets, sample weights)."""
     h = hashlib.blake2b(digest_size=16)
     if sp.issparse(X):
         for part in (X.indptr, X.indices, X.data):
@@ -53,6 +52,8 @@ def _fingerprint(X, y) -> str:
     h.update(repr(X.shape).encode())
     y = y.toarray() if sp.issparse(y) else np.asarray(y)
     h.update(np.ascontiguousarray(y).tobytes())
+    if weights is not None:
+        h.update(np.ascontiguousarray(weights).tobytes())
     return h.hexdigest()
 
 
@@ -72,23 +73,34 @@ class _TopkbenchEstimator(BaseEstimator):
             raise ConfigError(f"kernel must be one of {', '.join(_KERNELS)}; got {self.kernel!r}")
         return spec
 
-    def _fit(self, X, targets, n_classes: int, **extra):
+    def _fit(self, X, targets, n_classes: int, sample_weight=None, **extra):
+        from topkbench.feature_map import FeatureMap, append_bias
         from topkbench.model import fit
+        from topkbench.validation import check_positive
 
         spec = self._spec()
         rbf = self.kernel == "rbf"
-        signature = (spec.name, self.k, self.gamma, self.kernel, self.theta,
-                     _fingerprint(X, targets))  # fmt: skip
+        bias = check_positive("bias", self.bias, allow_zero=True)
+        if bias and rbf:
+            raise ConfigError("bias applies to kernel='linear' (an RBF kernel ignores a constant)")
+        weights = None if sample_weight is None else np.asarray(sample_weight, np.float64)
+        class_weight = getattr(self, "class_weight", None)
+        # a dual is feasible only for the labels and weights it was computed with
+        signature = (spec.name, self.k, self.gamma, self.kernel, self.theta, repr(class_weight),
+                     bias, _fingerprint(X, targets, weights))  # fmt: skip
         warm = None
         if self.warm_start and getattr(self, "_warm_signature", None) == signature:
             warm = self.model_
         self.model_ = fit(
-            X, targets, spec.name, kernel="rbf" if rbf else None,
+            append_bias(X, bias), targets, spec.name, kernel="rbf" if rbf else None,
             theta=self.theta if rbf else None, C=self.C, k=self.k, gamma=self.gamma,
             eps=self.eps, max_epochs=self.max_epochs, time_limit=self.time_limit,
-            seed=self.seed, n_classes=n_classes, warm_start=warm, **extra,
+            seed=self.seed, n_classes=n_classes, warm_start=warm, sample_weight=weights,
+            **extra,
         )  # fmt: skip
         self._warm_signature = signature
+        if bias:  # the model takes X itself and appends the constant feature
+            self.model_.feature_map = FeatureMap(X.shape[1], bias=bias)
         self.model_.classes = self.classes_
         self.model_.info["training_data"] = {"arrays_blake2b": signature[-1]}
         self.n_iter_ = self.model_.epochs
@@ -103,7 +115,16 @@ class _TopkbenchEstimator(BaseEstimator):
         check_is_fitted(self, "model_")
         if self.model_.W is None:
             raise AttributeError("coef_ exists only for kernel='linear'")
-        return self.model_.W.T
+        return self.model_.W[: self.n_features_in_].T
+
+    @property
+    def intercept_(self) -> NDArray[np.float64]:
+        """``bias`` times the constant feature's weights (zeros without ``bias``): scores
+        are ``X @ coef_.T + intercept_``."""
+        W = self.coef_.T  # checks fitted and linear
+        if self.model_.W.shape[0] == W.shape[0]:
+            return np.zeros(W.shape[1])
+        return self.bias * self.model_.W[-1]
 
     def _scores(self, X) -> NDArray[np.float64]:
         check_is_fitted(self, "model_")
@@ -130,16 +151,21 @@ class TopKClassifier(ClassifierMixin, _TopkbenchEstimator):
     k : the k of a top-k loss, in [1, n_classes - 1]; 1 for the other methods.
     gamma : smoothing (>= 0) of the methods that take it.
     kernel, theta : ``"linear"``, or ``"rbf"`` with ``K = exp(-theta |x - z|^2)``.
+    bias : value of a constant feature appended to X (0: none, the papers' default, DESIGN
+        §2); its weights, regularized like the others, give ``intercept_``.
     weights : ``wtopk_svm`` only: ``flat``, ``linear``, ``exp`` or a non-increasing sequence.
     eps : relative duality gap at which the solver stops (the certificate).
     max_epochs, time_limit : budgets; stopping on one warns (``ConvergenceWarning``).
     seed : drives the solver's permutations.
     warm_start : start from the previous fit's dual (rescaled to the new C) when refitting on
         the same data with only C (or the budgets) changed; otherwise fit from zero.
+    class_weight : ``None``, ``"balanced"`` (``n / (n_classes n_c)``) or a dict class ->
+        weight, multiplying each example's loss with its class's weight (SDCA methods).
 
     Attributes
     ----------
-    classes_, coef_ (n_classes x n_features, linear only), n_features_in_, n_iter_ (epochs),
+    classes_, coef_ (n_classes x n_features, linear only), intercept_, n_features_in_,
+    n_iter_ (epochs),
     dual_gap_ (relative duality gap), status_ (``converged`` or the budget that stopped it),
     model_ (the :class:`topkbench.Model`).
     """
@@ -148,24 +174,28 @@ class TopKClassifier(ClassifierMixin, _TopkbenchEstimator):
 
     def __init__(self, method: str = "svm_multi", C: float = 1.0, k: int = 1,
                  gamma: float = 0.0, kernel: str = "linear", theta: float | None = None,
+                 bias: float = 0.0,
                  weights: Any = "flat", eps: float = 1e-3, max_epochs: int = 1000,
                  time_limit: float | None = None, seed: int = 0,
-                 warm_start: bool = False) -> None:  # fmt: skip
+                 warm_start: bool = False, class_weight: Any = None) -> None:  # fmt: skip
         self.method = method
         self.C = C
         self.k = k
         self.gamma = gamma
         self.kernel = kernel
         self.theta = theta
+        self.bias = bias
         self.weights = weights
         self.eps = eps
         self.max_epochs = max_epochs
         self.time_limit = time_limit
         self.seed = seed
         self.warm_start = warm_start
+        self.class_weight = class_weight
 
-    def fit(self, X, y) -> TopKClassifier:
-        """Train on features ``X`` (n x d, dense or sparse) and labels ``y`` of any type."""
+    def fit(self, X, y, sample_weight=None) -> TopKClassifier:
+        """Train on features ``X`` (n x d, dense or sparse) and labels ``y`` of any type;
+        ``sample_weight`` (n non-negative numbers) weights each example's loss."""
         spec = self._spec()
         X, y = validate_data(self, X, y, accept_sparse="csr", dtype=(np.float64, np.float32))
         check_classification_targets(y)
@@ -179,7 +209,19 @@ class TopKClassifier(ClassifierMixin, _TopkbenchEstimator):
         if spec.solver != "frank_wolfe" and not (isinstance(self.weights, str)
                                                  and self.weights == "flat"):  # fmt: skip
             raise ConfigError(f"weights= is an option of wtopk_svm, not of {spec.name}")
-        return self._fit(X, codes, len(self.classes_), **extra)
+        class_weight = self.class_weight
+        if isinstance(class_weight, dict):  # labels -> the class indices fit sees
+            index = {c: j for j, c in enumerate(self.classes_.tolist())}
+            unknown = [c for c in class_weight if c not in index]
+            if unknown:
+                raise ConfigError(
+                    f"class_weight names {unknown[0]!r}, not a class of y "
+                    f"(classes: {', '.join(map(str, self.classes_[:10]))})"
+                )
+            class_weight = {index[c]: v for c, v in class_weight.items()}
+        if class_weight is not None:
+            extra["class_weight"] = class_weight
+        return self._fit(X, codes, len(self.classes_), sample_weight=sample_weight, **extra)
 
     def decision_function(self, X) -> NDArray[np.float64]:
         """Scores f(x), n x n_classes; for two classes, f_1 - f_0 (scikit-learn's binary
@@ -219,7 +261,7 @@ class MultilabelClassifier(ClassifierMixin, _TopkbenchEstimator):
     Parameters
     ----------
     method : ``svm_ml`` (multilabel hinge; smooth for ``gamma > 0``) or ``lr_ml``.
-    C, gamma, kernel, theta, eps, max_epochs, time_limit, seed, warm_start : as in
+    C, gamma, kernel, theta, bias, eps, max_epochs, time_limit, seed, warm_start : as in
         :class:`TopKClassifier`.
     threshold : a number delta (predict label j iff f_j(x) >= delta), or ``"cv"``: delta is
         chosen on the training data by ``cv``-fold cross-validation (the out-of-fold scores of
@@ -228,7 +270,8 @@ class MultilabelClassifier(ClassifierMixin, _TopkbenchEstimator):
     threshold_metric : a partition metric (``f1_macro``, ``f1_micro``, ``f1_inst``, ``acc``,
         ``sacc``, ``hloss``; :mod:`topkbench.metrics.multilabel`, 0/0 counted as 0).
     delta_grid : ``mulan`` (71 values, TPAMI Tables 7/9) or ``voc`` (Tables 10-12).
-    cv : folds of the threshold selection (>= 2).
+    cv : the threshold selection's folds: a number (>= 2; shuffled by ``seed``), a
+        scikit-learn splitter or a list of (train, test) index pairs.
 
     ``fit(X, Y)`` takes an n x m 0/1 indicator (dense or sparse) or a list of label sets (read
     as ``sklearn.preprocessing.MultiLabelBinarizer`` does).  Examples whose label set is empty
@@ -236,14 +279,16 @@ class MultilabelClassifier(ClassifierMixin, _TopkbenchEstimator):
 
     Attributes
     ----------
-    classes_ (the label of each column), threshold_ (the delta used), coef_, n_features_in_,
+    classes_ (the label of each column), threshold_ (the delta used), coef_, intercept_,
+    n_features_in_,
     n_iter_, dual_gap_, status_, model_.
     """
 
     _task = "multilabel"
 
     def __init__(self, method: str = "svm_ml", C: float = 1.0, gamma: float = 0.0,
-                 kernel: str = "linear", theta: float | None = None, threshold: Any = 0.0,
+                 kernel: str = "linear", theta: float | None = None, bias: float = 0.0,
+                 threshold: Any = 0.0,
                  threshold_metric: str = "f1_macro", delta_grid: str = "mulan", cv: int = 5,
                  eps: float = 1e-3, max_epochs: int = 1000, time_limit: float | None = None,
                  seed: int = 0, warm_start: bool = False) -> None:  # fmt: skip
@@ -252,6 +297,7 @@ class MultilabelClassifier(ClassifierMixin, _TopkbenchEstimator):
         self.gamma = gamma
         self.kernel = kernel
         self.theta = theta
+        self.bias = bias
         self.threshold = threshold
         self.threshold_metric = threshold_metric
         self.delta_grid = delta_grid
@@ -310,14 +356,15 @@ class MultilabelClassifier(ClassifierMixin, _TopkbenchEstimator):
                 raise ConfigError(f"labels not seen in training: {sorted(unknown, key=str)[:5]}")
         return mlb.classes_, mlb.transform(sets).tocsr()
 
-    def fit(self, X, Y) -> MultilabelClassifier:
-        """Train on features ``X`` (n x d) and label sets ``Y`` (indicator or list of sets)."""
+    def fit(self, X, y, sample_weight=None) -> MultilabelClassifier:
+        """Train on features ``X`` (n x d) and label sets ``y`` (indicator or list of sets);
+        ``sample_weight`` (n non-negative numbers) weights each example's loss."""
         from topkbench.metrics.multilabel import PARTITION_METRICS, delta_grid
-        from topkbench.validation import check_choice, check_int
+        from topkbench.validation import check_choice
 
         self._spec()
         X = validate_data(self, X, accept_sparse="csr", dtype=(np.float64, np.float32))
-        classes, T = self._indicator(Y, X.shape[0])
+        classes, T = self._indicator(y, X.shape[0])
         if T.shape[0] != X.shape[0]:
             raise ConfigError(f"Y has {T.shape[0]} rows for {X.shape[0]} rows of X")
         if T.shape[1] < 2:
@@ -330,32 +377,41 @@ class MultilabelClassifier(ClassifierMixin, _TopkbenchEstimator):
             check_choice("threshold", self.threshold, ("cv",))
             metric = check_choice("threshold_metric", self.threshold_metric, PARTITION_METRICS)
             grid = delta_grid(self.delta_grid)
-            folds = check_int("cv", self.cv, 2)
+            folds = self.cv
         elif isinstance(self.threshold, bool) or not np.isfinite(self.threshold):
             raise ConfigError(f"threshold must be a finite number or 'cv'; got {self.threshold!r}")
         self.classes_ = np.asarray(classes)
         if select:
-            self.threshold_ = self._cv_threshold(X, T, metric, grid, folds)
+            self.threshold_ = self._cv_threshold(X, T, metric, grid, folds, sample_weight)
         else:
             self.threshold_ = float(self.threshold)
-        return self._fit(X, T, T.shape[1])
+        return self._fit(X, T, T.shape[1], sample_weight=sample_weight)
 
-    def _cv_threshold(self, X, T, metric: str, grid, folds: int) -> float:
+    def _cv_threshold(self, X, T, metric: str, grid, folds, sample_weight=None) -> float:
         """delta maximizing ``metric`` (minimizing, for ``hloss``) on the pooled out-of-fold
-        scores of ``folds`` fits with this estimator's parameters."""
+        scores of fits with this estimator's parameters; ``folds`` is a number of shuffled
+        folds (drawn with ``seed``), a scikit-learn splitter or a list of (train, test)."""
         from sklearn.base import clone
-        from sklearn.model_selection import KFold
+        from sklearn.model_selection import KFold, check_cv
 
         from topkbench.metrics.multilabel import select_thresholds
+        from topkbench.validation import check_int
 
-        if X.shape[0] < folds:
-            raise ConfigError(f"threshold='cv' with cv={folds} needs at least {folds} examples")
-        S = np.zeros(T.shape)
+        if isinstance(folds, (int, np.integer)) and not isinstance(folds, bool):
+            folds = check_int("cv", folds, 2)
+            if X.shape[0] < folds:
+                raise ConfigError(f"threshold='cv' with cv={folds} needs at least {folds} examples")
+            splitter = KFold(folds, shuffle=True, random_state=self.seed)
+        else:
+            splitter = check_cv(folds)
+        S = np.full(T.shape, np.nan)
         inner = clone(self).set_params(threshold=0.0, warm_start=False)
-        for train, test in KFold(folds, shuffle=True, random_state=self.seed).split(X):
-            inner.fit(X[train], T[train])
+        for train, test in splitter.split(X):
+            sw = None if sample_weight is None else np.asarray(sample_weight)[train]
+            inner.fit(X[train], T[train], sample_weight=sw)
             S[test] = inner.decision_function(X[test])
-        return select_thresholds(S, T, grid)[metric][0]
+        scored = ~np.isnan(S).any(axis=1)  # rows of some test fold
+        return select_thresholds(S[scored], T[scored], grid)[metric][0]
 
     def decision_function(self, X) -> NDArray[np.float64]:
         """Scores f(x), n x n_labels."""

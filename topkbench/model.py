@@ -28,6 +28,7 @@ from topkbench.validation import (
     check_positive,
     check_solver,
     class_indices,
+    example_weights,
 )
 
 logger = logging.getLogger(__name__)
@@ -163,6 +164,8 @@ def fit(
     fw: str = "standard",
     accelerate: str = "auto",
     solver: str | None = None,
+    sample_weight=None,
+    class_weight=None,
 ) -> Model:
     """Train ``method`` on features ``X`` (dense or CSR, n x d) and targets ``Y``.
 
@@ -209,6 +212,12 @@ def fit(
     solver : ``topk_ent_tr`` only: ``"lbfgs"`` (default) or ``"gd"``, the authors' batch
         gradient descent with its own stopping rule (:func:`~topkbench.solvers.ent_tr.
         solve_ent_tr_gd`), which is what the paper's Ent_tr numbers come from.
+    sample_weight, class_weight : weights of the examples' losses, ``P(W) = lambda/2 ||W||^2
+        + 1/n sum_i w_i L(y_i, W^T x_i)`` with ``w_i = sample_weight_i class_weight[y_i]``;
+        ``class_weight`` is ``"balanced"`` (``n / (m n_c)``) or a dict label -> weight
+        (multiclass only).  SDCA methods only; each example's dual box scales by ``w_i`` and
+        the certificate stays exact.  Examples of weight 0 are left out (``n`` counts the
+        others, as for the multilabel exclusions).
     check_kernel : verify that ``K`` is finite and symmetric (O(n^2) per call); callers that
         built ``K`` themselves with :func:`topkbench.gram.rbf_kernel` may skip it.
     init : for ``topk_ent_tr`` only, the model whose ``W`` the descent starts from (TPAMI §6.2:
@@ -270,6 +279,20 @@ def fit(
                 "example); for multilabel targets use svm_ml or lr_ml (or a primary-label column)"
             )
         y, m, classes = class_indices(Y, n_rows, n_classes)
+    codes = None if spec.task == "multilabel" else y
+    ex_w = example_weights(sample_weight, class_weight, codes, m, classes, n_rows)
+    if ex_w is not None:
+        if spec.solver == "frank_wolfe":
+            raise ConfigError(
+                f"sample_weight and class_weight are not available for {spec.name}: its "
+                "Frank-Wolfe solver has no weighted form"
+            )
+        if np.all(ex_w == 1.0):
+            ex_w = None  # the unweighted problem, on the unweighted code path
+        elif np.any(ex_w == 0.0):
+            keep = (ex_w > 0.0) if keep is None else keep & (ex_w > 0.0)
+            if not keep.any():
+                raise InputError("every example with a label set to rank has weight 0")
     _check_memory(X if gram is None else None, n_rows, m)
     C = check_positive("C", C)
     gamma, k = check_method_params(spec, gamma, k, m)
@@ -299,7 +322,7 @@ def fit(
         model = _fit_ent_tr(
             X, y, m, spec.name, C=C, k=k, eps=eps, max_epochs=max_epochs, seed=seed,
             time_limit=time_limit, eval_every=eval_every, warm_start=warm_start, init=init,
-            warn=warn, solver=solver,
+            warn=warn, solver=solver, weights=ex_w,
         )  # fmt: skip
         model.classes = classes
         return model
@@ -310,6 +333,7 @@ def fit(
         feats = feats[rows][:, rows] if gram is not None else feats[rows]
         y = y[rows]
         A0 = None if A0 is None else A0[rows]
+        ex_w = None if ex_w is None else ex_w[rows]
     res = solve_sdca(
         feats,
         y,
@@ -327,6 +351,7 @@ def fit(
         A0=A0,
         warn=warn,
         accelerate=accelerate,
+        sample_weight=ex_w,
     )
     A = res.A
     info: dict[str, Any] = dict(res.info)
@@ -334,6 +359,8 @@ def fit(
         A = np.zeros((n_rows, m))
         A[keep] = res.A
         info["excluded_examples"] = int(n_rows - keep.sum())
+    if ex_w is not None:
+        info["weighted"] = True
     params = {"C": C, "k": k, "gamma": gamma, "eps": eps, "seed": seed}
     model = Model.from_result(res, method=spec.name, params=params, epochs=res.epochs,
                               kernel=kernel, theta=theta, X=X, info=info, A=A)  # fmt: skip
@@ -421,7 +448,7 @@ def _fit_frank_wolfe(F, y, m, name, *, gram, C, k, gamma, weights, fw, eps, max_
 
 
 def _fit_ent_tr(X, y, m, name, *, C, k, eps, max_epochs, seed, time_limit, eval_every,
-                warm_start, init, warn, solver) -> Model:  # fmt: skip
+                warm_start, init, warn, solver, weights=None) -> Model:  # fmt: skip
     """top-k Ent_tr: L-BFGS, or the authors' gradient descent (``solver="gd"``; both in
     solvers/ent_tr.py) from ``init.W`` (a trained LR^Multi model, the TPAMI §6.2 protocol), or
     from LR^Multi solved at the same C.
@@ -438,8 +465,9 @@ def _fit_ent_tr(X, y, m, name, *, C, k, eps, max_epochs, seed, time_limit, eval_
 
     def descend(W0):
         if solver == "gd":
-            return solve_ent_tr_gd(X, y, W0, C=C, k=k)
-        return solve_ent_tr(X, y, W0, C=C, k=k, gtol=eps, max_iter=max(1, max_epochs))
+            return solve_ent_tr_gd(X, y, W0, C=C, k=k, weights=weights)
+        return solve_ent_tr(X, y, W0, C=C, k=k, gtol=eps, max_iter=max(1, max_epochs),
+                            weights=weights)  # fmt: skip
 
     if init is not None:
         if init.W is None or init.W.shape != (X.shape[1], m):
@@ -459,7 +487,7 @@ def _fit_ent_tr(X, y, m, name, *, C, k, eps, max_epochs, seed, time_limit, eval_
     start = fit(
         X, y, "lr_multi", C=C, eps=eps, max_epochs=max_epochs, seed=seed,
         time_limit=time_limit, eval_every=eval_every, n_classes=m, warm_start=lr_warm,
-        warn=warn,
+        warn=warn, sample_weight=weights,
     )  # fmt: skip
     # for k = 1 (LR^Multi) the descent only confirms stationarity of the start
     r = descend(start.W)

@@ -259,3 +259,59 @@ def check_solver(spec, solver: str | None) -> str | None:
     if solver is not None and solver != spec.solver:
         raise ConfigError(f"method {spec.name} is solved by {spec.solver}; got solver={solver!r}")
     return None
+
+
+def example_weights(sample_weight, class_weight, codes, m: int, classes, n: int):
+    """Per-example loss weights ``w_i = sample_weight_i * class_weight[y_i]``, or None when
+    neither is given.
+
+    ``sample_weight``: n finite non-negative numbers.  ``class_weight``: ``"balanced"``
+    (``n / (m n_c)``, scikit-learn's rule, from the class counts of ``codes``) or a mapping
+    from class label (as in the training labels; class indices when ``classes`` is None) to a
+    non-negative weight, classes not listed weighing 1.  ``codes`` are the class indices
+    (multiclass), or None for multilabel targets, which take no class weights."""
+    if sample_weight is None and class_weight is None:
+        return None
+    w = np.ones(n)
+    if sample_weight is not None:
+        sw = np.asarray(sample_weight)
+        if sw.dtype.kind not in "biuf" or sw.shape != (n,):
+            raise InputError(
+                f"sample_weight must be {n} numbers (one per example); got shape {sw.shape}"
+            )
+        sw = sw.astype(np.float64)
+        if not np.all(np.isfinite(sw)) or np.any(sw < 0.0):
+            i = int(np.flatnonzero(~np.isfinite(sw) | (sw < 0.0))[0])
+            raise InputError(
+                f"sample_weight must be finite and >= 0; got {float(sw[i])} at example {i}"
+            )
+        w *= sw
+    if class_weight is not None:
+        if codes is None:
+            raise ConfigError("class_weight applies to multiclass methods (one label each)")
+        if isinstance(class_weight, str):
+            check_choice("class_weight", class_weight, ("balanced",))
+            counts = np.bincount(codes, minlength=m).astype(np.float64)
+            per_class = np.where(counts > 0, n / (m * np.maximum(counts, 1.0)), 0.0)
+        elif isinstance(class_weight, dict):
+            labels = list(range(m)) if classes is None else list(np.asarray(classes).tolist())
+            per_class = np.ones(m)
+            for label, value in class_weight.items():
+                key = label.item() if isinstance(label, np.generic) else label
+                if key not in labels:
+                    raise ConfigError(
+                        f"class_weight names class {label!r}, which is not a training class "
+                        f"(classes: {', '.join(map(str, labels[:10]))}"
+                        f"{' ...' if len(labels) > 10 else ''})"
+                    )
+                per_class[labels.index(key)] = check_positive(
+                    f"class_weight[{label!r}]", value, allow_zero=True
+                )
+        else:
+            raise ConfigError(
+                f"class_weight must be 'balanced' or a dict class -> weight; got {class_weight!r}"
+            )
+        w *= per_class[codes]
+    if not np.any(w > 0.0):
+        raise InputError("every example has weight zero: nothing to train on")
+    return w

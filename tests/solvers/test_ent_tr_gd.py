@@ -107,3 +107,23 @@ def test_fit_offers_gd_for_ent_tr_only(problem):
         topkbench.fit(X, y, "topk_ent_tr", k=2, solver="newton")
     with pytest.raises(ConfigError, match="solved by sdca"):
         topkbench.fit(X, y, "lr_multi", solver="gd")
+
+
+def test_weighted_objective_is_the_reference_with_weighted_losses(problem):
+    """Sample weights scale each example's loss and gradient: the objective and gradient of
+    weights w equal the reference's on the examples repeated w times."""
+    from topkbench.solvers.ent_tr import _objective
+
+    X, y, W0 = problem
+    w = np.random.default_rng(6).integers(1, 4, size=X.shape[0]).astype(float)
+    rep = np.repeat(np.arange(X.shape[0]), w.astype(int))
+    f_w, g_w = _objective(X, y, 2, 3.0, 4, 5, w)(W0.ravel())
+    f_r, g_r = _objective(X[rep], y[rep], 2, 3.0, 4, 5)(W0.ravel())
+    assert f_w == pytest.approx(f_r, rel=1e-12)
+    np.testing.assert_allclose(g_w, g_r, rtol=1e-10, atol=1e-12)
+    for solver in ("lbfgs", "gd"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            a = topkbench.fit(X, y, "topk_ent_tr", k=2, C=3.0, solver=solver, sample_weight=w)
+            b = topkbench.fit(X[rep], y[rep], "topk_ent_tr", k=2, C=3.0, solver=solver)
+        assert a.primal * X.shape[0] == pytest.approx(b.primal * rep.size, rel=1e-5)

@@ -130,11 +130,12 @@ def dual_value(X, Y, A, method, gamma, C, tol=1e-12):
     return lam * (C * total - 0.5 * float(np.sum(W * W)))
 
 
-def cvxpy_primal(X, Y, method, gamma, C):
-    """min 1/2 ||W||^2 + C sum_i L over the kept examples (module docstring); returns
-    (P(W*) in the P scale, W*)."""
+def cvxpy_primal(X, Y, method, gamma, C, weights=None):
+    """min 1/2 ||W||^2 + C sum_i w_i L over the kept examples (module docstring; w = 1
+    without ``weights``); returns (P(W*) in the P scale, W*)."""
     X = dense(X)
     rows = kept_rows(Y)
+    wt = np.ones(X.shape[0]) if weights is None else np.asarray(weights, dtype=np.float64)
     d, m = X.shape[1], Y.shape[1]
     W = cp.Variable((d, m))
     S = X @ W
@@ -143,13 +144,13 @@ def cvxpy_primal(X, Y, method, gamma, C):
         pos = np.flatnonzero(Y[i])
         neg = np.flatnonzero(Y[i] == 0)
         if method == "lr_ml":
-            terms.append(cp.log_sum_exp(S[i]) - cp.sum(S[i, pos]) / pos.size)
+            terms.append(wt[i] * (cp.log_sum_exp(S[i]) - cp.sum(S[i, pos]) / pos.size))
             continue
         w = cp.Variable(m) if gamma > 0 else S[i]
         loss = cp.pos(1 + cp.max(w[neg]) - cp.min(w[pos]))
         if gamma > 0:
             loss = loss + cp.sum_squares(S[i] - w) / (2 * gamma)
-        terms.append(loss)
+        terms.append(wt[i] * loss)
     problem = cp.Problem(cp.Minimize(0.5 * cp.sum_squares(W) + C * cp.sum(cp.hstack(terms))))
     problem.solve(
         solver=cp.CLARABEL, tol_gap_abs=1e-11, tol_gap_rel=1e-11, tol_feas=1e-11, max_iter=500
@@ -195,6 +196,19 @@ def test_primal_matches_cvxpy(method, gamma, C, n, m, seed, sparse):
     assert 0.0 <= (P - D) / P <= 1e-8
     # weak duality against cvxpy's (independent) primal point
     assert D <= primal_value(X, Y, W_ref, method, gamma, C) * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("method, gamma", [("svm_ml", 0.0), ("svm_ml", 0.5), ("lr_ml", 0.0)])
+def test_weighted_primal_matches_cvxpy(method, gamma):
+    """Sample weights on multilabel examples (trivial label sets still left out)."""
+    X, Y = make_ml_problem(n=16, m=4, seed=73, n_empty=1, n_full=1, zero_rows=(2,))
+    w = np.random.default_rng(74).uniform(0.1, 10.0, size=16)
+    model = fit_certified(X, Y, method, C=2.0, gamma=gamma, eps=1e-9, max_epochs=50_000,
+                          sample_weight=w)  # fmt: skip
+    assert model.status == "converged" and model.info["excluded_examples"] == 2
+    p_ref, _ = cvxpy_primal(X, Y, method, gamma, 2.0, weights=w)
+    assert model.primal == pytest.approx(p_ref, rel=1e-6)
+    assert model.dual <= p_ref * (1 + 1e-9)
 
 
 @settings(max_examples=20)

@@ -38,10 +38,12 @@ def ytilde_matrix(y, m):
     return Yt
 
 
-def primal_objective(X, y, W, method, gamma, C):
-    """P(W) of DESIGN §2 in numpy (no topkbench code)."""
+def primal_objective(X, y, W, method, gamma, C, weights=None):
+    """P(W) of DESIGN §2 in numpy (no topkbench code), with optional sample weights."""
     n = X.shape[0]
     losses = example_losses(X, y, W, method, gamma)
+    if weights is not None:
+        losses = losses * weights
     lam = 1.0 / (C * n)
     return lam / 2 * float(np.sum(W * W)) + float(losses.mean())
 
@@ -104,10 +106,12 @@ def dense(X):
 # --- (a) cvxpy -------------------------------------------------------------------------------
 
 
-def cvxpy_primal(X, y, m, method, gamma, C, *, allow_inaccurate=False):
-    """Solve min 1/2 ||W||^2 + C sum_i L(y_i, W^T x_i); return (P(W*) in the P scale, W*)."""
+def cvxpy_primal(X, y, m, method, gamma, C, *, allow_inaccurate=False, weights=None):
+    """Solve min 1/2 ||W||^2 + C sum_i w_i L(y_i, W^T x_i) (w = 1 without ``weights``);
+    return (P(W*) in the P scale, W*)."""
     X = dense(X)
     n, d = X.shape
+    w = np.ones(n) if weights is None else np.asarray(weights, dtype=np.float64)
     W = cp.Variable((d, m))
     S = X @ W
     if method == "svm_multi":
@@ -122,29 +126,33 @@ def cvxpy_primal(X, y, m, method, gamma, C, *, allow_inaccurate=False):
                 M[j, p] = 1.0
                 M[c, p] = -1.0
             Z = S[rows, :] @ M + 1.0
+            wr = w[rows]
             if gamma == 0:
-                terms.append(cp.sum(cp.pos(cp.max(Z, axis=1))))
+                terms.append(cp.sum(cp.multiply(wr, cp.pos(cp.max(Z, axis=1)))))
             else:
                 # Moreau envelope: L_gamma(z) = min_u max(0, max_j u_j) + |z - u|^2 / (2 gamma),
                 # whose conjugate is that of max(0, max u) (the simplex indicator) plus
                 # gamma/2 |v|^2 -- exactly TPAMI Prop. 2 with k = 1
                 U = cp.Variable((rows.size, m - 1))
                 terms.append(
-                    cp.sum(cp.pos(cp.max(U, axis=1))) + cp.sum_squares(Z - U) / (2 * gamma)
+                    cp.sum(cp.multiply(wr, cp.pos(cp.max(U, axis=1))))
+                    + cp.sum(cp.multiply(wr[:, None], cp.square(Z - U))) / (2 * gamma)
                 )
         loss = cp.sum(cp.hstack(terms))
     elif method == "lr_multi":
         onehot = np.eye(m)[y]
-        loss = cp.sum(cp.log_sum_exp(S, axis=1)) - cp.sum(cp.multiply(onehot, S))
+        loss = cp.sum(cp.multiply(w, cp.log_sum_exp(S, axis=1))) - cp.sum(
+            cp.multiply(w[:, None] * onehot, S)
+        )
     elif method == "svm_ova":
         R = 1.0 - cp.multiply(ytilde_matrix(y, m), S)
         if gamma == 0:
-            loss = cp.sum(cp.pos(R))
+            loss = cp.sum(cp.multiply(w[:, None], cp.pos(R)))
         else:
             # huber(r, g) = r^2 (|r| <= g), 2 g |r| - g^2 else; / (2 g) gives the smoothed hinge
-            loss = cp.sum(cp.huber(cp.pos(R), gamma)) / (2 * gamma)
+            loss = cp.sum(cp.multiply(w[:, None], cp.huber(cp.pos(R), gamma))) / (2 * gamma)
     else:
-        loss = cp.sum(cp.logistic(-cp.multiply(ytilde_matrix(y, m), S)))
+        loss = cp.sum(cp.multiply(w[:, None], cp.logistic(-cp.multiply(ytilde_matrix(y, m), S))))
     problem = cp.Problem(cp.Minimize(0.5 * cp.sum_squares(W) + C * loss))
     problem.solve(
         solver=cp.CLARABEL,
@@ -193,6 +201,101 @@ def test_primal_matches_cvxpy(method, gamma, C, n, d, m, seed, zero_rows, sparse
         primal_objective(X, y, model.W, method, gamma, C), rel=1e-12
     )
     assert model.dual <= primal_objective(X, y, W_ref, method, gamma, C) * (1 + 1e-12)
+
+
+def tiny_weights(n, seed):
+    """Positive weights over two decades, as class or importance weights make them."""
+    return np.random.default_rng(seed).uniform(0.1, 10.0, size=n)
+
+
+@pytest.mark.parametrize("method,gamma", SDCA_METHODS)
+@pytest.mark.parametrize("sparse", [False, True])
+def test_weighted_primal_matches_cvxpy(method, gamma, sparse):
+    """P(W) = lambda/2 ||W||^2 + 1/n sum_i w_i L_i: cvxpy's optimum to 1e-6, D <= P* <= P."""
+    X, y = make_tiny(24, 3, 4, 61, zero_rows=(5,), sparse=sparse)
+    w = tiny_weights(24, 62)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        model = topkbench.fit(X, y, method, C=2.0, gamma=gamma, eps=1e-9, max_epochs=200_000,
+                              sample_weight=w)  # fmt: skip
+    assert model.status == "converged" and model.info["weighted"]
+    p_ref, W_ref = cvxpy_primal(X, y, 4, method, gamma, 2.0, weights=w)
+    assert model.primal == pytest.approx(p_ref, rel=1e-6)
+    assert model.primal == pytest.approx(
+        primal_objective(X, y, model.W, method, gamma, 2.0, w), rel=1e-12
+    )
+    assert model.dual <= primal_objective(X, y, W_ref, method, gamma, 2.0, w) * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("method,gamma", SDCA_METHODS)
+def test_zero_weight_is_leaving_the_example_out(method, gamma):
+    X, y = make_tiny(20, 3, 4, 63)
+    w = tiny_weights(20, 64)
+    w[[2, 9]] = 0.0
+    keep = w > 0
+    a = topkbench.fit(X, y, method, C=1.0, gamma=gamma, eps=1e-9, max_epochs=200_000,
+                      sample_weight=w)  # fmt: skip
+    b = topkbench.fit(X[keep], y[keep], method, C=1.0, gamma=gamma, eps=1e-9,
+                      max_epochs=200_000, sample_weight=w[keep])  # fmt: skip
+    np.testing.assert_array_equal(a.W, b.W)
+    assert a.primal == b.primal and a.info["excluded_examples"] == 2
+    assert not a.A[~keep].any()
+
+
+@pytest.mark.parametrize("method,gamma", SDCA_METHODS)
+def test_integer_weights_are_repetitions(method, gamma):
+    """Weight 2 is the example twice: the same objective C sum_i w_i L + 1/2 ||W||^2 (P times
+    the row count), the same optimum."""
+    X, y = make_tiny(18, 3, 4, 69)
+    w = np.random.default_rng(70).integers(1, 4, size=18)
+    rep = np.repeat(np.arange(18), w)
+    a = topkbench.fit(X, y, method, C=1.0, gamma=gamma, eps=1e-11, max_epochs=200_000,
+                      sample_weight=w)  # fmt: skip
+    b = topkbench.fit(X[rep], y[rep], method, C=1.0, gamma=gamma, eps=1e-11, max_epochs=200_000)
+    assert a.primal * 18 == pytest.approx(b.primal * rep.size, rel=1e-9)
+    np.testing.assert_allclose(a.W, b.W, atol=1e-4 * np.abs(b.W).max())
+
+
+def test_unit_weights_are_the_unweighted_problem():
+    X, y = make_tiny(20, 3, 4, 65)
+    a = topkbench.fit(X, y, "svm_multi", C=1.0, eps=1e-6)
+    b = topkbench.fit(X, y, "svm_multi", C=1.0, eps=1e-6, sample_weight=np.ones(20))
+    np.testing.assert_array_equal(a.W, b.W)
+    assert "weighted" not in b.info
+
+
+def test_balanced_class_weights():
+    X, y = make_tiny(30, 3, 3, 66)
+    y[:18] = 0  # class 0 dominates
+    counts = np.bincount(y, minlength=3)
+    model = topkbench.fit(X, y, "lr_multi", C=1.0, eps=1e-9, class_weight="balanced")
+    w = (30 / (3 * counts))[y]
+    p_ref, _ = cvxpy_primal(X, y, 3, "lr_multi", 0.0, 1.0, weights=w)
+    assert model.primal == pytest.approx(p_ref, rel=1e-6)
+    # a dict of class weights combines with sample weights
+    sw = tiny_weights(30, 67)
+    model = topkbench.fit(X, y, "lr_multi", C=1.0, eps=1e-9, class_weight={1: 3.0},
+                          sample_weight=sw)  # fmt: skip
+    p_ref, _ = cvxpy_primal(X, y, 3, "lr_multi", 0.0, 1.0, weights=sw * np.where(y == 1, 3, 1))
+    assert model.primal == pytest.approx(p_ref, rel=1e-6)
+
+
+def test_bad_weights_are_refused():
+    from topkbench.errors import ConfigError, InputError
+
+    X, y = make_tiny(10, 2, 3, 68)
+    with pytest.raises(InputError, match="sample_weight must be 10 numbers"):
+        topkbench.fit(X, y, "svm_multi", sample_weight=np.ones(9))
+    with pytest.raises(InputError, match=r"finite and >= 0; got -1.0 at example 3"):
+        topkbench.fit(X, y, "svm_multi", sample_weight=np.r_[np.ones(3), -1.0, np.ones(6)])
+    with pytest.raises(InputError, match="every example has weight zero"):
+        topkbench.fit(X, y, "svm_multi", sample_weight=np.zeros(10))
+    with pytest.raises(ConfigError, match="class_weight must be one of balanced"):
+        topkbench.fit(X, y, "svm_multi", class_weight="auto")
+    with pytest.raises(ConfigError, match="not a training class"):
+        topkbench.fit(X, y, "svm_multi", class_weight={7: 2.0})
+    with pytest.raises(ConfigError, match="options of the SDCA methods"):
+        topkbench.fit(X, y, "wtopk_svm", k=1, sample_weight=np.ones(10) * 2)
 
 
 @settings(max_examples=60, derandomize=True)
@@ -373,6 +476,41 @@ def test_lr_ova_matches_sklearn_one_vs_rest(C):
     p_sk = primal_objective(X, y, W_sk, "lr_ova", 0.0, C)
     assert primal_objective(X, y, model.W, "lr_ova", 0.0, C) == pytest.approx(p_sk, rel=1e-7)
     assert model.dual <= p_sk * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("C", [0.1, 1.0])
+def test_weighted_svm_multi_matches_liblinear_crammer_singer(C):
+    from sklearn.svm import LinearSVC
+
+    X, y = sklearn_problem(45)
+    w = np.random.default_rng(46).uniform(0.2, 5.0, size=X.shape[0])
+    clf = LinearSVC(
+        multi_class="crammer_singer", fit_intercept=False, C=C, tol=1e-10, max_iter=1_000_000
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf.fit(X, y, sample_weight=w)
+    p_sk = primal_objective(X, y, clf.coef_.T, "svm_multi", 0.0, C, w)
+    model = topkbench.fit(X, y, "svm_multi", C=C, eps=1e-9, max_epochs=100_000, sample_weight=w)
+    assert primal_objective(X, y, model.W, "svm_multi", 0.0, C, w) == pytest.approx(p_sk, rel=1e-7)
+    assert model.dual <= p_sk * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("C", [0.1, 1.0])
+def test_weighted_lr_multi_matches_sklearn(C):
+    from sklearn.linear_model import LogisticRegression
+
+    X, y = sklearn_problem(47)
+    clf = LogisticRegression(C=C, fit_intercept=False, tol=1e-12, max_iter=100_000,
+                             class_weight="balanced")  # fmt: skip
+    y = y.copy()
+    y[:25] = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf.fit(X, y)
+    model = topkbench.fit(X, y, "lr_multi", C=C, eps=1e-9, max_epochs=100_000,
+                          class_weight="balanced")  # fmt: skip
+    np.testing.assert_allclose(model.W, clf.coef_.T, atol=1e-4 * np.abs(clf.coef_).max())
 
 
 # --- (c) exact trajectory against a slow numpy SDCA -----------------------------------------

@@ -141,8 +141,9 @@ def dual_value(X, y, A, method, gamma, k, C):
 # --- (a) cvxpy --------------------------------------------------------------------------------
 
 
-def cvxpy_primal(X, y, m, method, gamma, k, C, *, allow_inaccurate=False):
-    """Solve min 1/2 ||W||^2 + C sum_i L (formulations in the module docstring).
+def cvxpy_primal(X, y, m, method, gamma, k, C, *, allow_inaccurate=False, weights=None):
+    """Solve min 1/2 ||W||^2 + C sum_i w_i L (formulations in the module docstring; w = 1
+    without ``weights``).
 
     Returns (P(W*) in the P scale, W*); P is None when CLARABEL stops short of its tolerance
     (only with ``allow_inaccurate``)."""
@@ -150,13 +151,16 @@ def cvxpy_primal(X, y, m, method, gamma, k, C, *, allow_inaccurate=False):
     n, d = X.shape
     W = cp.Variable((d, m))
     S = X @ W
+    w = np.ones(n) if weights is None else np.asarray(weights, dtype=np.float64)
     terms = []
     for i in range(n):
         others = [j for j in range(m) if j != y[i]]
         diff = S[i, others] - S[i, y[i]]
         if method == "topk_ent":
             mu = cp.Variable(m - 1, nonneg=True)
-            terms.append(cp.log_sum_exp(cp.hstack([np.zeros(1), diff + cp.sum(mu) - k * mu])))
+            terms.append(
+                w[i] * cp.log_sum_exp(cp.hstack([np.zeros(1), diff + cp.sum(mu) - k * mu]))
+            )
             continue
         z = 1.0 + diff
         u = cp.Variable(m - 1) if gamma > 0 else z
@@ -169,7 +173,7 @@ def cvxpy_primal(X, y, m, method, gamma, k, C, *, allow_inaccurate=False):
             loss = cp.maximum(0.0, head, cp.sum_largest(u, k)) / k
         if gamma > 0:
             loss = loss + cp.sum_squares(z - u) / (2 * gamma)
-        terms.append(loss)
+        terms.append(w[i] * loss)
     problem = cp.Problem(cp.Minimize(0.5 * cp.sum_squares(W) + C * cp.sum(cp.hstack(terms))))
     problem.solve(
         solver=cp.CLARABEL, tol_gap_abs=1e-11, tol_gap_rel=1e-11, tol_feas=1e-11, max_iter=500
@@ -221,6 +225,23 @@ def test_primal_matches_cvxpy(problem_factory, method, k, gamma, C, n, m, seed, 
     assert 0.0 <= (P - D) / P <= 1e-8
     # weak duality against cvxpy's (independent) primal point
     assert D <= primal_value(X, y, W_ref, method, gamma, k, C) * (1 + 1e-12)
+
+
+@pytest.mark.parametrize(
+    "method, k, gamma",
+    [("topk_svm_alpha", 2, 0.0), ("topk_svm_alpha", 3, 0.5), ("topk_svm_alpha_pseudo", 2, 0.0),
+     ("topk_svm_beta", 2, 0.5), ("topk_svm_beta", 3, 0.0), ("topk_ent", 2, 0.0)],
+)  # fmt: skip
+def test_weighted_primal_matches_cvxpy(problem_factory, method, k, gamma):
+    """Sample weights: cvxpy's weighted optimum to 1e-6 and D <= P* <= P."""
+    X, y = problem_factory(n=16, d=3, m=5, seed=71, zero_rows=(0,))
+    w = np.random.default_rng(72).uniform(0.1, 10.0, size=16)
+    model = fit_certified(X, y, method, C=3.0, k=k, gamma=gamma, eps=1e-9, max_epochs=50_000,
+                          sample_weight=w)  # fmt: skip
+    assert model.status == "converged"
+    p_ref, _ = cvxpy_primal(X, y, 5, method, gamma, k, 3.0, weights=w)
+    assert model.primal == pytest.approx(p_ref, rel=1e-6)
+    assert model.dual <= p_ref * (1 + 1e-9) <= model.primal * (1 + 2e-9)
 
 
 @settings(max_examples=60, derandomize=True)

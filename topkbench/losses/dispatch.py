@@ -176,15 +176,17 @@ def neg_conjugate_value(loss, y, a, C, gamma, k, x, lx, tmp):
 
 
 @njit(cache=True)
-def objective_terms(S, yptr, yidx, A, loss, C, gamma, k, lsum0, csum0, gaps):
-    """Return ``(lsum0 + sum_i L(Y_i, S_i), csum0 + sum_i -L*(Y_i, -A_i / C))`` for scores
-    ``S`` (n x m) and labels in CSR form (see :func:`sdca_epochs_dense`); the running sums
-    ``lsum0``, ``csum0`` let callers go through the rows in blocks.
+def objective_terms(S, yptr, yidx, A, loss, Cs, gamma, k, lsum0, csum0, gaps):
+    """Return ``(lsum0 + sum_i Cs_i L(Y_i, S_i), csum0 + sum_i -Cs_i L*(Y_i, -A_i / Cs_i))``
+    for scores ``S`` (n x m), labels in CSR form (see :func:`sdca_epochs_dense`) and the
+    examples' shares ``Cs_i = C w_i`` (``w_i`` the sample weights, 1 without), i.e. the loss
+    and conjugate parts of ``P / lambda`` and ``D / lambda``; the running sums ``lsum0``,
+    ``csum0`` let callers go through the rows in blocks.
 
     If ``gaps`` has length n, it receives each example's Fenchel-Young gap in the ``P /
-    lambda`` scale, ``g_i = C (L(Y_i, S_i) + L*(Y_i, -A_i/C)) + <A_i, S_i> >= 0``.  With
+    lambda`` scale, ``g_i = Cs_i (L(Y_i, S_i) + L*(Y_i, -A_i/Cs_i)) + <A_i, S_i> >= 0``.  With
     ``S = X W`` and ``W = X^T A``, ``sum_i <A_i, S_i> = ||W||^2``, so ``sum_i g_i = (P - D) /
-    lambda``; ``g_i = 0`` exactly when ``-A_i / C`` is a subgradient of the loss at ``S_i``,
+    lambda``; ``g_i = 0`` exactly when ``-A_i / Cs_i`` is a subgradient of the loss at ``S_i``,
     i.e. when block i is already the maximizer of its SDCA update (shrinking in
     :func:`topkbench.solvers.sdca.solve_sdca`).  Pass an empty array to skip."""
     n, m = S.shape
@@ -200,6 +202,7 @@ def objective_terms(S, yptr, yidx, A, loss, C, gamma, k, lsum0, csum0, gaps):
     lsum = lsum0
     csum = csum0
     for i in range(n):
+        C = Cs[i]
         if ml:
             labels = yidx[yptr[i] : yptr[i + 1]]
             li = loss_value_ml(loss, labels, S[i], gamma, work, idx, mask)
@@ -208,8 +211,8 @@ def objective_terms(S, yptr, yidx, A, loss, C, gamma, k, lsum0, csum0, gaps):
             y = yidx[yptr[i]]
             li = loss_value(loss, y, S[i], gamma, k, work, srt, idx, tmp)
             ci = neg_conjugate_value(loss, y, A[i], C, gamma, k, x, lx, tmp)
-        lsum += li
-        csum += ci
+        lsum += C * li
+        csum += C * ci
         if want_gaps:
             gaps[i] = C * (li - ci) + vdot(A[i], S[i], m)
     return lsum, csum

@@ -65,13 +65,16 @@ class EntTrResult:
     steps: list[float] | None = None  # gradient descent: the accepted step sizes
 
 
-def _objective(X, y, k: int, C: float, d: int, m: int):
-    """``w -> (F(w), grad F(w))`` with ``F = 1/2 ||W||^2 + C sum_i L_i`` (= P / lambda)."""
+def _objective(X, y, k: int, C: float, d: int, m: int, weights=None):
+    """``w -> (F(w), grad F(w))`` with ``F = 1/2 ||W||^2 + C sum_i w_i L_i`` (= P / lambda;
+    ``w_i`` the sample weights, 1 without)."""
 
     def fun(w):
         W = w.reshape(d, m)
         S = np.asarray(X @ W)
         losses, G = ent_tr_loss_and_grad(S, y, k)
+        if weights is not None:
+            losses, G = losses * weights, G * weights[:, None]
         f = 0.5 * float(w @ w) + C * float(losses.sum())
         g = w + C * np.asarray(X.T @ G).ravel()
         return f, g
@@ -88,6 +91,7 @@ def solve_ent_tr(
     k: int,
     gtol: float = 1e-6,
     max_iter: int = 1000,
+    weights=None,
 ) -> EntTrResult:
     """L-BFGS on the truncated top-k entropy objective from ``W0`` (d x m).
 
@@ -95,7 +99,7 @@ def solve_ent_tr(
     below ``gtol`` ("converged"), when the objective stops changing at rounding level before
     that ("stalled": gtol below what double precision resolves, seen for gtol <~ 1e-7), when
     the line search fails ("line_search", typically at a kink of the loss), or after
-    ``max_iter`` iterations ("max_iter").
+    ``max_iter`` iterations ("max_iter").  ``weights`` weight the examples' losses.
     """
     d, m = W0.shape
     n = X.shape[0]
@@ -104,7 +108,7 @@ def solve_ent_tr(
     start = time.perf_counter()
     trace: list[TracePoint] = []
 
-    fun = _objective(X, y, k, C, d, m)
+    fun = _objective(X, y, k, C, d, m, weights)
     f0, g0 = fun(W0.ravel())
     scale = max(1.0, float(np.abs(g0).max()))
     trace.append(TracePoint(0, lam * f0, np.nan, np.nan, 0.0))
@@ -159,6 +163,7 @@ def solve_ent_tr_gd(
     k: int,
     eps: float = GD_EPS,
     max_iter: int = GD_MAX_ITER,
+    weights=None,
 ) -> EntTrResult:
     """Batch gradient descent with an Armijo line search, as the paper ran Ent_tr.
 
@@ -174,7 +179,7 @@ def solve_ent_tr_gd(
     n = X.shape[0]
     lam = 1.0 / (C * n)
     y = np.asarray(y, dtype=np.int64)
-    fun = _objective(X, y, k, C, d, m)
+    fun = _objective(X, y, k, C, d, m, weights)
     start = time.perf_counter()
     w = W0.ravel().copy()
     f, g = fun(w)

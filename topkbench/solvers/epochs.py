@@ -244,11 +244,13 @@ def _apply_change(X, i, delta, cols, nz, W, m):
 
 
 @njit(cache=True)
-def sdca_epochs_dense(X, yptr, yidx, sqnorms, A, W, perms, loss, C, gamma, k, troots):
+def sdca_epochs_dense(X, yptr, yidx, sqnorms, A, W, perms, loss, Cs, gamma, k, troots):
     """Run ``perms.shape[0]`` SDCA epochs in place on dense ``X`` (n x d), ``W`` (d x m).
 
     Labels in CSR form: example ``i`` has ``yidx[yptr[i]:yptr[i+1]]`` (one label per example
-    for the multiclass losses, the label set for the multilabel ones).
+    for the multiclass losses, the label set for the multilabel ones).  ``Cs[i] = C w_i > 0``
+    is example i's share of the loss (``w_i`` its sample weight, 1 without weights): its
+    block update is the unweighted one with C replaced by ``Cs[i]``.
 
     ``troots`` (length n, NaN-initialized, kept by the caller across calls) holds per-example
     starting points for the softmax root finding.  Returns the number of block updates whose
@@ -279,7 +281,7 @@ def sdca_epochs_dense(X, yptr, yidx, sqnorms, A, W, perms, loss, C, gamma, k, tr
     Wp = _aligned_zeros(W.shape[0], mp)
     Wp[:, :m] = W
     failures = _epochs_dense_padded(
-        X, yptr, yidx, sqnorms, A, Wp, m, perms, loss, C, gamma, k, troots
+        X, yptr, yidx, sqnorms, A, Wp, m, perms, loss, Cs, gamma, k, troots
     )
     W[:, :] = Wp[:, :m]
     return failures
@@ -297,7 +299,7 @@ def _aligned_zeros(r, c):
 
 
 @njit(cache=True)
-def _epochs_dense_padded(X, yptr, yidx, sqnorms, A, W, m, perms, loss, C, gamma, k, troots):
+def _epochs_dense_padded(X, yptr, yidx, sqnorms, A, W, m, perms, loss, Cs, gamma, k, troots):
     """:func:`sdca_epochs_dense` on ``W`` with ``W.shape[1] >= m`` columns, those past m
     zero (the scores and block changes of the passes have W's width, the updates see their
     first m entries)."""
@@ -329,9 +331,12 @@ def _epochs_dense_padded(X, yptr, yidx, sqnorms, A, W, m, perms, loss, C, gamma,
                 prefetch_row(A, i)
                 prefetch_at(troots, i)
                 prefetch_at(sqnorms, i)
+                prefetch_at(Cs, i)
                 if yptr[i] < yptr[i + 1]:  # a multilabel example can have no label
                     prefetch_at(yidx, yptr[i])
-            if _update(loss, yptr, yidx, a, s, A[a], sqnorms[a], C, gamma, k, new, scratch, troots):
+            if _update(
+                loss, yptr, yidx, a, s, A[a], sqnorms[a], Cs[a], gamma, k, new, scratch, troots
+            ):
                 failures += 1
             nz_a = _store_block(A, a, new, delta, cols)
             nz_b = 0
@@ -340,7 +345,19 @@ def _epochs_dense_padded(X, yptr, yidx, sqnorms, A, W, m, perms, loss, C, gamma,
                     for j in range(m):
                         s_b[j] += xab * delta[j]
                 if _update(
-                    loss, yptr, yidx, b, s_b, A[b], sqnorms[b], C, gamma, k, new, scratch, troots
+                    loss,
+                    yptr,
+                    yidx,
+                    b,
+                    s_b,
+                    A[b],
+                    sqnorms[b],
+                    Cs[b],
+                    gamma,
+                    k,
+                    new,
+                    scratch,
+                    troots,
                 ):
                     failures += 1
                 nz_b = _store_block(A, b, new, delta_b, cols_b)
@@ -361,7 +378,7 @@ def _epochs_dense_padded(X, yptr, yidx, sqnorms, A, W, m, perms, loss, C, gamma,
 
 @njit(cache=True)
 def sdca_epochs_csr(
-    indptr, indices, data, yptr, yidx, sqnorms, A, W, perms, loss, C, gamma, k, troots
+    indptr, indices, data, yptr, yidx, sqnorms, A, W, perms, loss, Cs, gamma, k, troots
 ):
     """As :func:`sdca_epochs_dense` for CSR features (``indptr``, ``indices``, ``data``)."""
     n_epochs = perms.shape[0]
@@ -379,7 +396,9 @@ def sdca_epochs_csr(
                 f = indices[q]
                 for j in range(m):
                     s[j] += xf * W[f, j]
-            if _update(loss, yptr, yidx, i, s, A[i], sqnorms[i], C, gamma, k, new, scratch, troots):
+            if _update(
+                loss, yptr, yidx, i, s, A[i], sqnorms[i], Cs[i], gamma, k, new, scratch, troots
+            ):
                 failures += 1
             nz = _store_block(A, i, new, s, cols)
             if not _sparse_change(nz, m):
@@ -398,7 +417,7 @@ def sdca_epochs_csr(
 
 
 @njit(cache=True)
-def sdca_epochs_gram(K, yptr, yidx, A, B, perms, loss, C, gamma, k, troots):
+def sdca_epochs_gram(K, yptr, yidx, A, B, perms, loss, Cs, gamma, k, troots):
     """As :func:`sdca_epochs_dense` from a Gram matrix ``K`` (n x n): scores ``B^T K_i``.
 
     Kernel SDCA (DESIGN §5; TPAMI Props. 14-15 are stated with ``q = A K_i - K_ii a_i``): there
@@ -424,7 +443,9 @@ def sdca_epochs_gram(K, yptr, yidx, A, B, perms, loss, C, gamma, k, troots):
                 if kir != 0.0:
                     for j in range(m):
                         s[j] += kir * B[r, j]
-            if _update(loss, yptr, yidx, i, s, A[i], K[i, i], C, gamma, k, new, scratch, troots):
+            if _update(
+                loss, yptr, yidx, i, s, A[i], K[i, i], Cs[i], gamma, k, new, scratch, troots
+            ):
                 failures += 1
             _store_block(A, i, new, s, scratch[5])
             if offset:

@@ -17,6 +17,9 @@ BLAS time, and a Cholesky factorization.
     grad F = W + C X^T G,                 G_i = grad L(y_i, s_i),   s_i = W^T x_i
     hess F = I + C sum_i H_i (x) x_i x_i^T,   H_i = hess L(y_i, s_i)  (m x m)
 
+With sample weights every ``C`` below becomes the example's ``C w_i`` (the loss term is ``C
+sum_i w_i L``; :meth:`SDCAProblem.row_c`), the certificate's argument unchanged.
+
 The losses, their gradients and (generalized) Hessians in the scores:
 
 * LR^Multi ``L = logsumexp(s) - s_y``: ``G = p - e_y``, ``H = diag(p) - p p^T``,
@@ -257,8 +260,9 @@ class _Derivatives:
         return 0.5 * (H + H.transpose(0, 2, 1))
 
 
-def _hessian(X, deriv: _Derivatives, C: float, m: int) -> np.ndarray:
-    """``I + C sum_i H_i (x) x_i x_i^T`` in the class-major order ``vec(W)[c d + j] =
+def _hessian(X, deriv: _Derivatives, C: float, m: int, weights=None) -> np.ndarray:
+    """``I + C sum_i w_i H_i (x) x_i x_i^T`` (``w_i`` the sample weights, 1 without) in the
+    class-major order ``vec(W)[c d + j] =
     W[j, c]``, formed by row blocks and class pairs: block (c, c') is ``X^T diag(H[:, c, c'])
     X`` over the rows where that entry is nonzero (for the hinges a handful: H_i lives on
     the support of the example's dual block)."""
@@ -269,6 +273,8 @@ def _hessian(X, deriv: _Derivatives, C: float, m: int) -> np.ndarray:
         b = min(a + rows, n)
         Xb = X[a:b].toarray() if sp.issparse(X) else np.asarray(X[a:b], dtype=np.float64)
         Hb = deriv.hessians(a, b)
+        if weights is not None:
+            Hb = Hb * weights[a:b].reshape((-1,) + (1,) * (Hb.ndim - 1))
         diagonal = Hb.ndim == 2
         Hb = np.ascontiguousarray(np.moveaxis(Hb, 0, -1))  # the example axis last
         for c in range(m):
@@ -327,7 +333,7 @@ def solve_newton(prob: SDCAProblem, run: Run, A, C: float, gamma: float):
     best_gap, since_best, full_step = math.inf, 0, False
     while True:
         G = deriv.gradient(S, stage_gamma)
-        A = np.ascontiguousarray(-C * G)
+        A = np.ascontiguousarray(-prob.row_c(C) * G)
         W_A = features_t_dot(prob.X, A)
         # the certificate of (W, A): P from W's scores, D from A with ||X^T A||^2
         sq_w, sq_a = float(np.vdot(W, W)), float(np.vdot(W_A, W_A))
@@ -349,7 +355,7 @@ def solve_newton(prob: SDCAProblem, run: Run, A, C: float, gamma: float):
                 best_gap, since_best, progress = math.inf, 0, None  # a new stage starts
                 stage_gamma = smaller
                 info["gamma_stages"].append(stage_gamma)
-                W_A = features_t_dot(prob.X, -C * deriv.gradient(S, stage_gamma))
+                W_A = features_t_dot(prob.X, -prob.row_c(C) * deriv.gradient(S, stage_gamma))
         if progress is not None and progress < STALL_FACTOR * best_gap:
             best_gap, since_best = progress, 0
         elif progress is not None and full_step:
@@ -357,7 +363,7 @@ def solve_newton(prob: SDCAProblem, run: Run, A, C: float, gamma: float):
             if since_best >= STALL_ITERATIONS:
                 return "running", A, W, primal, dual, gap, info
         grad = (W - W_A).T.reshape(-1)
-        step = _newton_step(_hessian(prob.X, deriv, C, m), grad)
+        step = _newton_step(_hessian(prob.X, deriv, C, m, prob.weights), grad)
         if step is None:
             return "running", A, W, primal, dual, gap, info
         D = np.ascontiguousarray(step.reshape(m, -1).T)

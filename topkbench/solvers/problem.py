@@ -127,22 +127,33 @@ def row_sqnorms(X) -> np.ndarray:
 _NO_GAPS = np.empty(0)
 
 
-def evaluate_objective(X, y, A, W, loss_id: int, C: float, gamma: float, k: int, gaps=None):
+def example_c(C: float, weights, n: int) -> np.ndarray:
+    """Each example's share ``C w_i`` of the loss term (``w_i = 1`` without sample weights):
+    the ``Cs`` of the epoch kernels and :func:`~topkbench.losses.dispatch.objective_terms`."""
+    if weights is None:
+        return np.full(n, float(C))
+    return float(C) * np.asarray(weights, dtype=np.float64)
+
+
+def evaluate_objective(X, y, A, W, loss_id: int, C: float, gamma: float, k: int, gaps=None,
+                       weights=None):  # fmt: skip
     """Return (P, D) in the P(W) scale of DESIGN §2 for dual ``A`` and primal ``W``;
-    ``y`` as accepted by :func:`as_label_csr`.  The scores ``X W`` are formed by row blocks
-    when :func:`_blocked` (the kernel carries its running sums across blocks, so the result
-    is the same as in one call).  ``gaps`` (length n), if given, receives the per-example
-    Fenchel-Young gaps of :func:`topkbench.losses.dispatch.objective_terms` (P / lambda scale)."""
+    ``y`` as accepted by :func:`as_label_csr`, ``weights`` the sample weights (None: all 1).
+    The scores ``X W`` are formed by row blocks when :func:`_blocked` (the kernel carries its
+    running sums across blocks, so the result is the same as in one call).  ``gaps`` (length
+    n), if given, receives the per-example Fenchel-Young gaps of
+    :func:`topkbench.losses.dispatch.objective_terms` (P / lambda scale)."""
     n = A.shape[0]
     yptr, yidx = as_label_csr(y)
     g = _NO_GAPS if gaps is None else gaps
+    Cs = example_c(C, weights, n)
     if not W.any():
         # W = 0 (the start of every run): the scores are 0, no n x d x m product needed
         S = np.zeros((n, W.shape[1]))
-        lsum, csum = _k.objective_terms(S, yptr, yidx, A, loss_id, C, gamma, k, 0.0, 0.0, g)
+        lsum, csum = _k.objective_terms(S, yptr, yidx, A, loss_id, Cs, gamma, k, 0.0, 0.0, g)
     elif not _blocked(X, W.shape[1]):
         S = np.ascontiguousarray(X @ W, dtype=np.float64)
-        lsum, csum = _k.objective_terms(S, yptr, yidx, A, loss_id, C, gamma, k, 0.0, 0.0, g)
+        lsum, csum = _k.objective_terms(S, yptr, yidx, A, loss_id, Cs, gamma, k, 0.0, 0.0, g)
     else:
         lsum = csum = 0.0
         for a in range(0, n, ROW_BLOCK):
@@ -150,26 +161,26 @@ def evaluate_objective(X, y, A, W, loss_id: int, C: float, gamma: float, k: int,
             S = np.ascontiguousarray(_rows64(X, a, b) @ W, dtype=np.float64)
             ptr = yptr[a : b + 1] - yptr[a]
             lsum, csum = _k.objective_terms(
-                S, ptr, yidx[yptr[a] : yptr[b]], A[a:b], loss_id, C, gamma, k, lsum, csum,
+                S, ptr, yidx[yptr[a] : yptr[b]], A[a:b], loss_id, Cs[a:b], gamma, k, lsum, csum,
                 g[a:b] if g.shape[0] else g,
             )  # fmt: skip
     half_sq = 0.5 * float(np.vdot(W, W))
     lam = 1.0 / (C * n)
-    primal = lam * (half_sq + C * lsum)
-    dual = lam * (C * csum - half_sq)
-    return primal, dual
+    return lam * (half_sq + lsum), lam * (csum - half_sq)
 
 
-def evaluate_objective_gram(K, y, A, loss_id: int, C: float, gamma: float, k: int, gaps=None):
+def evaluate_objective_gram(K, y, A, loss_id: int, C: float, gamma: float, k: int, gaps=None,
+                            weights=None):  # fmt: skip
     """(P, D) in the P(W) scale from a Gram matrix: scores ``K A``, ``||W||^2 = <A, K A>``;
-    ``gaps`` as in :func:`evaluate_objective`."""
+    ``gaps`` and ``weights`` as in :func:`evaluate_objective`."""
     n = A.shape[0]
     S = np.ascontiguousarray(K @ A, dtype=np.float64)
     g = _NO_GAPS if gaps is None else gaps
-    lsum, csum = _k.objective_terms(S, *as_label_csr(y), A, loss_id, C, gamma, k, 0.0, 0.0, g)
+    Cs = example_c(C, weights, n)
+    lsum, csum = _k.objective_terms(S, *as_label_csr(y), A, loss_id, Cs, gamma, k, 0.0, 0.0, g)
     half_sq = 0.5 * float(np.vdot(A, S))
     lam = 1.0 / (C * n)
-    return lam * (half_sq + C * lsum), lam * (C * csum - half_sq)
+    return lam * (half_sq + lsum), lam * (csum - half_sq)
 
 
 class SDCAProblem:
@@ -179,9 +190,15 @@ class SDCAProblem:
     A primal point is held in its *representation* ``rep``: ``W`` (d x m) for features, the
     coefficient matrix ``B`` (n x m, ``W = sum_r phi(x_r) B_r``) for a Gram matrix.  The dual
     ``A`` defines ``rep(A) = X^T A`` resp. ``A``.
+
+    ``weights`` (positive, length n; None for all 1) weight the examples' losses: the problem
+    is ``P(W) = lambda/2 ||W||^2 + 1/n sum_i w_i L(y_i, W^T x_i)``, and example i's dual block
+    lives in the domain scaled by ``C w_i`` (its update is the unweighted one with ``C w_i``
+    for C).  ``r2`` is then ``max_i w_i ||x_i||^2``, the largest curvature an update sees.
     """
 
-    def __init__(self, X, y, *, gram: bool, n_classes: int, loss_id: int, k: int):
+    def __init__(self, X, y, *, gram: bool, n_classes: int, loss_id: int, k: int,
+                 weights=None):  # fmt: skip
         if gram:
             self.kind, self.X = "gram", np.ascontiguousarray(X, dtype=np.float64)
             self.sqnorms = np.ascontiguousarray(np.diag(self.X))
@@ -196,7 +213,17 @@ class SDCAProblem:
         self.y = as_label_csr(y)
         self.loss_id = loss_id
         self.k = k
-        self.r2 = float(self.sqnorms.max()) if self.n else 0.0
+        self.weights = None if weights is None else np.ascontiguousarray(weights, np.float64)
+        curvature = self.sqnorms if weights is None else self.weights * self.sqnorms
+        self.r2 = float(curvature.max()) if self.n else 0.0
+
+    def example_c(self, C: float) -> np.ndarray:
+        """``C w_i`` for every example (:func:`example_c`)."""
+        return example_c(C, self.weights, self.n)
+
+    def row_c(self, C: float):
+        """``C w_i`` as a column to scale per-example rows (``C`` itself without weights)."""
+        return C if self.weights is None else C * self.weights[:, None]
 
     def rep_of(self, A) -> np.ndarray:
         """The primal point the dual ``A`` defines: ``X^T A`` (features) or a copy of ``A``."""
@@ -207,25 +234,28 @@ class SDCAProblem:
         point ``rep``, updated in place; ``rep`` may carry a fixed offset (the proximal
         problems).  Returns the count of failed inner root findings."""
         yptr, yidx = self.y
+        Cs = self.example_c(C)
         if self.kind == "gram":
             return _e.sdca_epochs_gram(
-                self.X, yptr, yidx, A, rep, perms, self.loss_id, C, gamma, self.k, troots
+                self.X, yptr, yidx, A, rep, perms, self.loss_id, Cs, gamma, self.k, troots
             )
         if self.kind == "dense":
             return _e.sdca_epochs_dense(
-                self.X, yptr, yidx, self.sqnorms, A, rep, perms, self.loss_id, C, gamma,
+                self.X, yptr, yidx, self.sqnorms, A, rep, perms, self.loss_id, Cs, gamma,
                 self.k, troots,
             )  # fmt: skip
         return _e.sdca_epochs_csr(
             self.indptr, self.indices, self.X.data, yptr, yidx, self.sqnorms, A, rep, perms,
-            self.loss_id, C, gamma, self.k, troots,
+            self.loss_id, Cs, gamma, self.k, troots,
         )  # fmt: skip
 
     def objective(self, A, rep, C: float, gamma: float, gaps=None) -> tuple[float, float]:
         """(P, D) for the dual ``A`` and its own primal point ``rep = rep_of(A)``."""
         if self.kind == "gram":
-            return evaluate_objective_gram(self.X, self.y, A, self.loss_id, C, gamma, self.k, gaps)
-        return evaluate_objective(self.X, self.y, A, rep, self.loss_id, C, gamma, self.k, gaps)
+            return evaluate_objective_gram(self.X, self.y, A, self.loss_id, C, gamma, self.k, gaps,
+                                           self.weights)  # fmt: skip
+        return evaluate_objective(self.X, self.y, A, rep, self.loss_id, C, gamma, self.k, gaps,
+                                  self.weights)  # fmt: skip
 
     def scores(self, rep) -> np.ndarray:
         """The n x m training scores of the primal point ``rep``."""
@@ -251,10 +281,10 @@ class SDCAProblem:
         ``A`` given ``||rep(A)||^2 = sq_norm`` (pass the pair's own values for a certificate;
         the loss sum only depends on ``S``, the conjugate sum only on ``A / C``)."""
         lsum, csum = _k.objective_terms(
-            S, *self.y, A, self.loss_id, C, gamma, self.k, 0.0, 0.0, _NO_GAPS
+            S, *self.y, A, self.loss_id, self.example_c(C), gamma, self.k, 0.0, 0.0, _NO_GAPS
         )
         lam = 1.0 / (C * self.n)
-        return lam * (0.5 * sq_norm + C * lsum), lam * (C * csum - 0.5 * sq_norm)
+        return lam * (0.5 * sq_norm + lsum), lam * (csum - 0.5 * sq_norm)
 
 
 AUTO_COST_FACTOR = 4.0

@@ -112,8 +112,15 @@ def solve_sdca(
     on_batch=None,
     shrink: bool = True,
     accelerate: str = "never",
+    sample_weight: np.ndarray | None = None,
 ) -> SDCAResult:
     """Minimize P(W) by SDCA; inputs are assumed validated (see :func:`topkbench.fit`).
+
+    ``sample_weight`` (positive, length n) weights the examples' losses,
+    ``P(W) = lambda/2 ||W||^2 + 1/n sum_i w_i L(y_i, W^T x_i)``: example i's dual block lives
+    in its conjugate's domain scaled by ``C w_i``, and its update is the unweighted one with
+    ``C w_i`` for C (:class:`~topkbench.solvers.problem.SDCAProblem`), so every phase, the
+    certificate and the shrinking rule carry over unchanged.
 
     With ``gram=True``, ``X`` is a symmetric PSD Gram matrix (n x n) and the problem is the
     kernel one (scores ``K A``; no W is formed; ``result.W`` is None).
@@ -153,7 +160,16 @@ def solve_sdca(
     same gap.  A Newton phase that stalls hands its dual to accelerated SDCA, and an
     accelerated phase that cannot go on hands it to plain SDCA.
     """
-    prob = SDCAProblem(X, y, gram=gram, n_classes=n_classes, loss_id=loss_id, k=k)
+    if sample_weight is not None:
+        sample_weight = np.asarray(sample_weight, dtype=np.float64)
+        if (
+            sample_weight.shape != (X.shape[0],)
+            or not np.all(sample_weight > 0.0)
+            or not (np.all(np.isfinite(sample_weight)))
+        ):
+            raise SolverError("sample_weight must hold one finite positive weight per example")
+    prob = SDCAProblem(X, y, gram=gram, n_classes=n_classes, loss_id=loss_id, k=k,
+                       weights=sample_weight)  # fmt: skip
     n, m = prob.n, prob.m
     # the one check kept here: the kernels index the scores by k without bounds checks, so an
     # unvalidated k >= m would read past them (intermittent NaNs, not an error)
