@@ -155,3 +155,13 @@ def test_help_and_methods_load_no_numba(args):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_train_with_balanced_class_weights():
+    res = invoke("train", "method=lr_multi", *SMALL, "dataset.class_weight=balanced", "--json")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["info"]["weighted"] is True
+    res = invoke("train", "method=svm_ml", "dataset=multilabel_synth",
+                 "dataset.class_weight=balanced")  # fmt: skip
+    assert res.exit_code == 2 and "class_weight applies to multiclass methods" in res.output

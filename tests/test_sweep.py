@@ -105,3 +105,44 @@ def test_report_without_records_is_a_clear_error(tmp_path):
     res = runner.invoke(app, ["report", *smoke_overrides(tmp_path)])
     assert res.exit_code != 0
     assert "no records for experiment 'table3'" in " ".join(res.output.split())
+
+
+def test_dataset_class_weight_reaches_every_fit_and_the_record_keys(tmp_path, monkeypatch):
+    """``dataset.class_weight=balanced``: every fit of the sweep gets the weights (fit sees
+    them), and the records are other records than the unweighted sweep's."""
+    base = [*smoke_overrides(tmp_path), "experiment.draws=1", "experiment.C_grid.min_exp=0",
+            "experiment.C_grid.max_exp=0"]  # fmt: skip
+    seen = []
+    real_fit = topkbench.model.fit
+
+    def spy(*args, **kwargs):
+        # not the 12-example compile warm-up (fits.warm_up), nor Ent_tr's LR^Multi start,
+        # which fit makes itself with the weights already applied
+        if len(args[1]) != 12 and kwargs.get("sample_weight") is None:
+            seen.append(kwargs.get("class_weight"))
+        return real_fit(*args, **kwargs)
+
+    monkeypatch.setattr(topkbench.model, "fit", spy)
+    plain = ExperimentConfig.from_dict(compose([*base, f"results_dir={tmp_path / 'a'}"]))
+    weighted = ExperimentConfig.from_dict(
+        compose([*base, "dataset.class_weight=balanced", f"results_dir={tmp_path / 'b'}"])
+    )
+    run_sweep(plain)
+    assert seen and set(seen) == {None}
+    seen.clear()
+    run_sweep(weighted)
+    assert seen and set(seen) == {"balanced"}
+    keys_plain = set(_records(plain)["key"])
+    keys_weighted = set(_records(weighted)["key"])
+    assert len(keys_weighted) == len(keys_plain) and not keys_plain & keys_weighted
+
+
+def test_class_weight_is_refused_for_multilabel_rows_and_unknown_rules():
+    from topkbench.errors import ConfigError
+
+    root = compose(["experiment=table7_synth"])
+    root["experiment"]["datasets"][0]["class_weight"] = "balanced"
+    with pytest.raises(ConfigError, match="class_weight, which applies to multiclass"):
+        ExperimentConfig.from_dict(root)
+    with pytest.raises(ConfigError, match="dataset.class_weight must be one of balanced"):
+        ExperimentConfig.from_dict(compose(["experiment=table3", "dataset.class_weight=auto"]))

@@ -185,6 +185,8 @@ class DatasetConfig:
         for key in _DATASET_BOOLS:
             if key in d and not isinstance(d[key], bool):
                 raise ConfigError(f"dataset.{key} must be true or false; got {d[key]!r}")
+        if d.get("class_weight") is not None:
+            check_choice("dataset.class_weight", d["class_weight"], ("balanced",))
         rest = tuple(sorted((k, v) for k, v in d.items() if k not in ("name", "kind")))
         return cls(name=str(d.get("name", d["kind"])), kind=str(d["kind"]), options=rest)
 
@@ -411,6 +413,7 @@ class ExperimentConfig(StopRule):
             datasets = (DatasetConfig.from_dict(root["dataset"]),)
         if len({d.name for d in datasets}) != len(datasets):
             raise ConfigError(f"experiment {exp['name']}: duplicate dataset names")
+        _check_class_weights(name, datasets, rows)
         selection = str(exp.get("selection", "val"))
         if selection not in ("val", "cv", "auto", "half"):
             raise ConfigError(f"selection must be val, cv, auto or half, got {selection!r}")
@@ -484,6 +487,20 @@ def _check_rows(name: str, rows, blocks, metrics) -> None:
             raise ConfigError(f"row {r.row!r}: {spec.name} takes no gamma, so no gamma list")
         if any(g < 0 for g in r.gamma_values):
             raise ConfigError(f"row {r.row!r}: gamma must be >= 0")
+
+
+def _check_class_weights(name: str, datasets, rows) -> None:
+    """``dataset.class_weight`` weighs classes, which multilabel losses do not have."""
+    from topkbench.losses.registry import get_method
+
+    weighted = [d.name for d in datasets if d.get("class_weight") is not None]
+    ml_rows = [r.row for r in rows if get_method(r.method).task == "multilabel"]
+    if weighted and ml_rows:
+        raise ConfigError(
+            f"experiment {name}: dataset {weighted[0]} sets class_weight, which applies to "
+            f"multiclass methods; rows {', '.join(ml_rows[:3])} are multilabel",
+            hint="drop dataset.class_weight, or the multilabel rows",
+        )
 
 
 def _check_multilabel_protocol(name: str, exp: dict[str, Any], layout: str, metrics) -> None:

@@ -76,6 +76,7 @@ class Dataset:
     primary: dict[str, np.ndarray] = field(default_factory=dict)
     # raw features -> the training features (scaling, bias); None where it cannot be replayed
     feature_map: FeatureMap | None = None
+    class_weight: str | None = None  # how training weighs the classes (PreprocessSpec)
 
     @property
     def n_features(self) -> int:
@@ -357,6 +358,7 @@ def load_dataset(cfg: DatasetConfig, seed: int) -> Dataset:
     shift = div = None
     if scale != "none":
         shift, div = scale_features(ds, scale, has_bias=pre.bias != 0.0)
+    ds.class_weight = pre.class_weight
     if not pre.pca:  # a PCA projection is not replayed on new data
         raw = ds.n_features - (pre.bias != 0.0)
         ds.feature_map = FeatureMap(raw, shift, div, pre.bias)

@@ -82,12 +82,15 @@ class PreprocessSpec:
     """What every kind applies after loading, in this order: PCA fitted on train (file kinds;
     an integer or ``nonsingular``), a constant feature of value ``bias`` (0 = none, DESIGN
     §2), per-feature ``scale`` fitted on train (``none`` keeps the papers' raw features), and
-    float32 storage of dense features."""
+    float32 storage of dense features; and how training weighs the classes: ``class_weight:
+    balanced`` gives each example of class c the weight ``n / (m n_c)`` (multiclass methods;
+    None weighs every example 1, as the papers do)."""
 
     pca: int | str | None = None
     bias: float = 0.0
     scale: str = "none"
     float32: bool = False
+    class_weight: str | None = None
 
 
 GENERATED_KINDS = {
@@ -107,6 +110,7 @@ FILE_KINDS = {
 ALL_KINDS = {**GENERATED_KINDS, **FILE_KINDS}
 
 _CASTS = {"int": int, "float": float, "bool": bool, "str": str, "int | None": int,
+          "str | None": str,
           "int | str | None": lambda v: v if isinstance(v, str) else int(v)}  # fmt: skip
 
 

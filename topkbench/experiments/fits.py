@@ -11,8 +11,10 @@ from typing import Any
 import numpy as np
 
 from topkbench.config import DatasetConfig, ExperimentConfig, SweepRow
+from topkbench.errors import ConfigError
 from topkbench.experiments.plan import ACCELERATE, HALF, REFIT, PathJob
 from topkbench.experiments.store import spec_key
+from topkbench.losses.registry import get_method
 
 log = logging.getLogger(__name__)
 
@@ -158,8 +160,20 @@ def path_context(exp: ExperimentConfig, job: PathJob, data_seed: int):
         exp.empty_label,
     )  # fmt: skip
     if job.init_C is not None:  # TPAMI §6.2: Ent_tr starts from the selected LR^Multi
-        ctx.init_model = _init_model(exp, data, job.init_C, data_seed, dataset.n_classes)
+        ctx.init_model = _init_model(exp, data, job.init_C, data_seed, dataset)
     return ctx, None
+
+
+def class_weight_option(dataset, method: str) -> dict:
+    """``{"class_weight": ...}`` when the dataset asks for class weights (``dataset.
+    class_weight``); multilabel methods have no classes to weigh, and are refused one."""
+    if dataset.class_weight is None:
+        return {}
+    if get_method(method).task == "multilabel":
+        raise ConfigError(
+            f"dataset {dataset.name}: class_weight applies to multiclass methods, not {method}"
+        )
+    return {"class_weight": dataset.class_weight}
 
 
 def fit_point(exp, job: PathJob, ctx: _Context, C: float, seed: int, warm, **budget):
@@ -187,6 +201,7 @@ def fit_point(exp, job: PathJob, ctx: _Context, C: float, seed: int, warm, **bud
             init=ctx.init_model,
             accelerate=ACCELERATE,
             warn=False,
+            **class_weight_option(ctx.dataset, row.method),
         )
 
 
@@ -246,15 +261,16 @@ def _train_cardinality(dataset) -> float:
     return label_cardinality(Y)
 
 
-def _init_model(exp: ExperimentConfig, data, C: float, seed: int, m: int):
+def _init_model(exp: ExperimentConfig, data, C: float, seed: int, dataset):
     """LR^Multi trained at ``C`` on a path's training data: the start of its Ent_tr fits."""
     from topkbench.model import fit
 
     Xtr, ytr = data.X, data.y
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return fit(Xtr, ytr, "lr_multi", C=C, **exp.stop_rule(), seed=seed, n_classes=m,
-                   warn=False)  # fmt: skip
+        return fit(Xtr, ytr, "lr_multi", C=C, **exp.stop_rule(), seed=seed,
+                   n_classes=dataset.n_classes, warn=False,
+                   **class_weight_option(dataset, "lr_multi"))  # fmt: skip
 
 
 def warm_up(methods: set[str], rbf_methods: set[str] = frozenset()) -> None:
