@@ -19,7 +19,7 @@ from topkbench.cli import app
 from topkbench.data.synthetic import make_gaussian
 from topkbench.errors import ConfigError, DataFormatError, InputError
 from topkbench.feature_map import FeatureMap
-from topkbench.persist import load_model, read_metadata
+from topkbench.persist import read_metadata
 
 runner = CliRunner()
 
@@ -94,15 +94,15 @@ def test_feature_map_takes_raw_features(tmp_path):
 
 def test_bad_model_files_are_refused(tmp_path):
     with pytest.raises(InputError, match="no such model file"):
-        load_model(tmp_path / "missing.npz")
+        topkbench.load(tmp_path / "missing.npz")
     junk = tmp_path / "junk.npz"
     junk.write_text("not a zip")
     with pytest.raises(DataFormatError, match="junk.npz: not a saved topkbench model"):
-        load_model(junk)
+        topkbench.load(junk)
     other = tmp_path / "other.npz"
     np.savez(other, W=np.zeros((2, 2)))
     with pytest.raises(DataFormatError, match="no metadata"):
-        load_model(other)
+        topkbench.load(other)
     X, y = _problem()
     path = topkbench.fit(X, y, "lr_multi").save(tmp_path / "m.npz")
     with np.load(path) as npz:
@@ -112,7 +112,7 @@ def test_bad_model_files_are_refused(tmp_path):
     arrays["metadata"] = np.array(json.dumps(meta))
     np.savez(tmp_path / "future.npz", **arrays)
     with pytest.raises(DataFormatError, match="version 99"):
-        load_model(tmp_path / "future.npz")
+        topkbench.load(tmp_path / "future.npz")
 
 
 def test_saved_linear_model_cannot_warm_start(tmp_path):

@@ -16,7 +16,7 @@ def __getattr__(name: str):
 
         return getattr(model, name)
     if name == "load":
-        from topkbench.persist import load_model
+        from topkbench.model import Model
 
-        return load_model
+        return Model.load
     raise AttributeError(f"module 'topkbench' has no attribute {name!r}")

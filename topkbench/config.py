@@ -10,7 +10,13 @@ from typing import Any
 
 import numpy as np
 
-from topkbench.data.specs import ALL_KINDS, PreprocessSpec
+from topkbench.dataset_specs import (
+    ALL_KINDS,
+    GENERATED_KINDS,
+    PreprocessSpec,
+    kind_spec,
+    preprocess_spec,
+)
 from topkbench.errors import ConfigError
 from topkbench.metrics.multilabel import EMPTY_CONVENTIONS
 from topkbench.validation import (
@@ -23,24 +29,6 @@ from topkbench.validation import (
 
 DOC_KEYS = frozenset({"title", "paper", "description", "source", "splits_expected"})
 
-# the keys each level of a composed configuration may hold (an unknown one is a typo: refused)
-SOLVER_KEYS = ("eps", "max_epochs", "time_limit", "eval_every")
-TRAIN_KEYS = frozenset(
-    {"method", "C", "k", "gamma", "weights", "fw", "kernel", "theta", "topk", "delta",
-     "empty_label", "solver", *SOLVER_KEYS}
-)  # fmt: skip
-RUN_KEYS = frozenset({"seed", "results_dir", "n_jobs", "scheduler"})
-ROOT_KEYS = TRAIN_KEYS | RUN_KEYS | {"dataset", "experiment"}
-EXPERIMENT_KEYS = frozenset(
-    {"name", "title", "dataset", "datasets", "rows", "C_grid", "theta_grid", "ks", "draws",
-     "selection", "folds", "extend", "published", "layout", "warm_start", "ent_tr_init",
-     "blocks", "metrics", "delta_grid", "max_gram_gb", "class_columns", "threshold_rule",
-     "certify_time_limit", "certify_max_epochs", "empty_label", *SOLVER_KEYS}
-)  # fmt: skip
-# a dataset's keys: its identity, its files (topkbench.data.files), and every typed option
-DATASET_KEYS = DOC_KEYS | {
-    "name", "kind", "base", "files", "train", "val", "test", "xml", "holdout",
-} | {f.name for cls in (*ALL_KINDS.values(), PreprocessSpec) for f in fields(cls)}  # fmt: skip
 # integer options' lower bounds; booleans are every spec field typed bool
 _DATASET_INTS = {"n_train": 1, "n_val": 0, "n_test": 0, "n_features": 1, "n_classes": 2,
                  "regions": 1}  # fmt: skip
@@ -48,92 +36,6 @@ _DATASET_BOOLS = tuple(sorted(
     {f.name for cls in (*ALL_KINDS.values(), PreprocessSpec) for f in fields(cls)
      if f.type == "bool"}
 ))  # fmt: skip
-
-
-def check_override_keys(command: str, overrides: list[str] | None) -> None:
-    """Refuse command-line overrides that would do nothing for ``command``.
-
-    ``sweep`` / ``report`` / ``export`` take every solver setting from the experiment, so a
-    top-level ``eps=`` (a ``train`` option) would be silently ignored: it is refused with the
-    right spelling, ``experiment.eps=``.  ``train`` has no experiment.
-    """
-    for item in overrides or ():
-        key = item.split("=", 1)[0].lstrip("+~")
-        value = item.split("=", 1)[1] if "=" in item else ""
-        if command != "train" and key in TRAIN_KEYS:
-            if key in (*SOLVER_KEYS, "empty_label"):
-                hint = f"use experiment.{key}={value} (the experiment's own setting)"
-            elif key == "solver":
-                hint = "an experiment row chooses its solver (solver: gd | lbfgs on the row)"
-            else:
-                hint = "the experiment's rows and C grid set it; topkbench train fits one model"
-            raise ConfigError(
-                f"{key}= is an option of topkbench train, not of {command}", hint=hint
-            )
-        if command == "train" and key.split(".")[0] == "experiment":
-            raise ConfigError(
-                f"{key}= is an experiment option; train runs one model",
-                hint="topkbench sweep experiment=NAME ... runs an experiment",
-            )
-
-
-def check_config_keys(root: dict[str, Any]) -> None:
-    """Refuse unknown keys at every level of a composed configuration (``+methd=lr_multi``
-    would otherwise train the default method), naming the valid ones."""
-
-    def refuse(where: str, unknown, valid) -> None:
-        raise ConfigError(
-            f"unknown {where} key(s): {', '.join(sorted(unknown))}",
-            hint=f"valid: {', '.join(sorted(valid))}",
-        )
-
-    if unknown := set(root) - ROOT_KEYS:
-        refuse("configuration", unknown, ROOT_KEYS)
-    exp = root.get("experiment")
-    if isinstance(exp, dict):
-        if unknown := set(exp) - EXPERIMENT_KEYS:
-            refuse("experiment", unknown, EXPERIMENT_KEYS)
-        for d in exp.get("datasets") or ():
-            if isinstance(d, dict) and (unknown := set(d) - DATASET_KEYS):
-                refuse(f"dataset ({d.get('name')})", unknown, DATASET_KEYS)
-    ds = root.get("dataset")
-    if isinstance(ds, dict) and (unknown := set(ds) - DATASET_KEYS):
-        refuse("dataset", unknown, DATASET_KEYS)
-
-
-def check_dataset_overrides(overrides: list[str] | None, root: dict[str, Any]) -> None:
-    """An experiment with a ``datasets:`` list ignores the top-level dataset: refuse
-    ``dataset=...`` and ``dataset.KEY=...`` for it rather than ignore them."""
-    exp = root.get("experiment")
-    if not (isinstance(exp, dict) and exp.get("datasets")):
-        return
-    for item in overrides or ():
-        key = item.split("=", 1)[0].lstrip("+~")
-        if key == "dataset" or key.startswith("dataset."):
-            names = ", ".join(str(d.get("name", d)) if isinstance(d, dict) else str(d)
-                              for d in exp["datasets"])  # fmt: skip
-            raise ConfigError(
-                f"{key}= does not apply: experiment {exp.get('name')} lists its own datasets "
-                f"({names})",
-                hint="change them in the experiment's datasets: list (topkbench/conf/experiment/)",
-            )
-
-
-def check_run_options(root: dict[str, Any]) -> None:
-    """Types and ranges of the top-level options every command shares."""
-    check_int("seed", root.get("seed", 0), 0)
-    check_int("n_jobs", root.get("n_jobs", 1), 1)
-    results = root.get("results_dir", "results")
-    if not isinstance(results, str) or not results:
-        raise ConfigError(f"results_dir must be a path; got {results!r}")
-    delta = root.get("delta", 0.0)
-    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not np.isfinite(delta):
-        raise ConfigError(f"delta must be a finite number (the score threshold); got {delta!r}")
-    topk = root.get("topk", (1,))
-    if not isinstance(topk, (list, tuple)) or not topk:
-        raise ConfigError(f"topk must be a list of integers >= 1; got {topk!r}")
-    for k in topk:
-        check_int("topk entries", k, 1)
 
 
 class StopRule:
@@ -195,16 +97,12 @@ class DatasetConfig:
 
     @property
     def spec(self):
-        """The typed parameters of this dataset's kind (:mod:`topkbench.data.specs`)."""
-        from topkbench.data.specs import kind_spec
-
+        """The typed parameters of this dataset's kind (:mod:`topkbench.dataset_specs`)."""
         return kind_spec(self.kind, dict(self.options))
 
     @property
     def preprocess(self):
-        """The preprocessing every kind shares (:class:`topkbench.data.specs.PreprocessSpec`)."""
-        from topkbench.data.specs import preprocess_spec
-
+        """The preprocessing every kind shares (:class:`topkbench.dataset_specs.PreprocessSpec`)."""
         return preprocess_spec(dict(self.options))
 
     def spec_dict(self) -> dict[str, Any]:
@@ -562,8 +460,6 @@ def _choice(d: dict[str, Any], key: str, default: str, allowed: tuple[str, ...])
 
 def dataset_has_val(cfg: DatasetConfig) -> bool:
     """Whether a dataset comes with a validation split (generated sets: n_val > 0)."""
-    from topkbench.data.specs import GENERATED_KINDS
-
     if cfg.kind in GENERATED_KINDS:
         return cfg.spec.n_val > 0
     files = cfg.get("files") or {"val": cfg.get("val")}

@@ -95,9 +95,45 @@ class Model:
 
         return save_model(self, path, training_data=training_data)
 
+    @classmethod
+    def load(cls, path) -> Model:
+        """The model saved at ``path`` by :meth:`save` (``topkbench.load``).  A linear model
+        comes back without its dual (``A`` is None), so it cannot warm-start a fit."""
+        from topkbench.persist import read_model
+
+        arrays, meta = read_model(path)
+        cert = meta["certificate"]
+        fmap = None
+        if meta["feature_map"] is not None:
+            fm = meta["feature_map"]
+            fmap = FeatureMap(n_features=int(fm["n_features"]), shift=arrays.get("shift"),
+                              div=arrays.get("div"), bias=float(fm["bias"]))  # fmt: skip
+        info = dict(meta["info"] or {})
+        if meta.get("training_data") is not None:
+            info["training_data"] = meta["training_data"]
+
+        def number(v) -> float:  # JSON keeps NaN (no gap: nonconvex methods) as null
+            return float("nan") if v is None else float(v)
+
+        return cls(
+            method=meta["method"], params=meta["params"], W=arrays.get("W"), A=arrays.get("A"),
+            primal=number(cert["primal"]), dual=number(cert["dual"]),
+            relative_gap=number(cert["relative_gap"]), status=cert["status"],
+            epochs=int(cert["epochs"]), train_seconds=float(cert["train_seconds"]),
+            kernel=meta["kernel"], theta=meta["theta"], X_train=arrays.get("X_train"),
+            info=info, classes=None if meta["classes"] is None else np.asarray(meta["classes"]),
+            feature_map=fmap,
+        )  # fmt: skip
+
     @property
     def converged(self) -> bool:
         return self.status == "converged"
+
+    def certificate(self) -> dict[str, Any]:
+        """Primal, dual and relative gap (P(W) scale), status, epochs and training seconds."""
+        return {"primal": self.primal, "dual": self.dual, "relative_gap": self.relative_gap,
+                "status": self.status, "epochs": self.epochs,
+                "train_seconds": self.train_seconds}  # fmt: skip
 
     def decision_function(self, X=None, *, K=None) -> NDArray[np.float64]:
         """Scores for each test row (n_test x m).

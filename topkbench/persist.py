@@ -2,7 +2,7 @@
 
 The archive holds the model's arrays -- ``W`` (linear models) or the dual ``A`` (kernel
 models, whose scores are ``K A``), the training features ``X_train`` of an RBF model, the
-scaling ``shift``/``div`` of its :class:`~topkbench.model.FeatureMap` -- and ``metadata``, a
+scaling ``shift``/``div`` of its :class:`~topkbench.feature_map.FeatureMap` -- and ``metadata``, a
 JSON document: the method and its parameters, the class labels, the certificate (primal, dual,
 relative gap, status, epochs), the solver's extras, a description of the training data
 (hashes of its files, or of its arrays), and the versions that wrote it.
@@ -44,10 +44,6 @@ def _jsonable(obj):
     raise InputError(f"cannot save {type(obj).__name__} value {obj!r} in the model metadata")
 
 
-def _number(v) -> float:
-    return float("nan") if v is None else float(v)
-
-
 def save_model(model, path, *, training_data: dict[str, Any] | None = None) -> Path:
     """Write ``model`` to ``path`` (``.npz``), atomically (a partial file never replaces an
     existing one).  ``training_data`` describes the data it was trained on (e.g. dataset
@@ -82,16 +78,7 @@ def save_model(model, path, *, training_data: dict[str, Any] | None = None) -> P
         "feature_map": None
         if fmap is None
         else {"n_features": fmap.n_features, "bias": fmap.bias},  # fmt: skip
-        "certificate": _jsonable(
-            {
-                "primal": model.primal,
-                "dual": model.dual,
-                "relative_gap": model.relative_gap,
-                "status": model.status,
-                "epochs": model.epochs,
-                "train_seconds": model.train_seconds,
-            }
-        ),  # fmt: skip
+        "certificate": _jsonable(model.certificate()),
         "info": _jsonable(model.info),
         "training_data": _jsonable(training_data or model.info.get("training_data")),
         "versions": {
@@ -144,28 +131,10 @@ def _metadata(npz, path) -> dict[str, Any]:
     return meta
 
 
-def load_model(path):
-    """The :class:`~topkbench.model.Model` saved at ``path`` by :func:`save_model`."""
-    from topkbench.model import FeatureMap, Model
-
+def read_model(path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The arrays and the metadata of the model saved at ``path`` by :func:`save_model`
+    (:meth:`topkbench.model.Model.load` builds the model from them)."""
     with _open(path) as npz:
         meta = _metadata(npz, path)
         arrays = {name: npz[name] for name in npz.files if name != "metadata"}
-    cert = meta["certificate"]
-    fmap = None
-    if meta["feature_map"] is not None:
-        fm = meta["feature_map"]
-        fmap = FeatureMap(n_features=int(fm["n_features"]), shift=arrays.get("shift"),
-                          div=arrays.get("div"), bias=float(fm["bias"]))  # fmt: skip
-    classes = None if meta["classes"] is None else np.asarray(meta["classes"])
-    info = dict(meta["info"] or {})
-    if meta.get("training_data") is not None:
-        info["training_data"] = meta["training_data"]
-    return Model(
-        method=meta["method"], params=meta["params"], W=arrays.get("W"), A=arrays.get("A"),
-        primal=_number(cert["primal"]), dual=_number(cert["dual"]),
-        relative_gap=_number(cert["relative_gap"]), status=cert["status"],
-        epochs=int(cert["epochs"]), train_seconds=float(cert["train_seconds"]),
-        kernel=meta["kernel"], theta=meta["theta"], X_train=arrays.get("X_train"), info=info,
-        classes=classes, feature_map=fmap,
-    )  # fmt: skip
+    return arrays, meta

@@ -39,11 +39,11 @@ def predict_file(model_path, data_path, *, top: int = 5, zero_based: bool = Fals
     ``data_path`` (LibSVM text or ``.npy``)."""
     import pandas as pd
 
-    from topkbench.persist import load_model
+    from topkbench.model import Model
     from topkbench.validation import check_int
 
     top = check_int("--top", top, 1)
-    model = load_model(model_path)
+    model = Model.load(model_path)
     if model.kernel == "precomputed":
         raise ConfigError(
             "this model was trained on a precomputed kernel: it needs the test x train kernel, "

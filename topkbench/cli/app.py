@@ -94,9 +94,9 @@ def compose(overrides: list[str] | None, command: str | None = None) -> dict[str
     """Compose ``topkbench/conf/config.yaml`` with Hydra overrides into a plain dict.
 
     Every override either takes effect or is refused: keys that ``command`` would ignore
-    (:func:`~topkbench.config.check_override_keys`), unknown keys at any level, and run options
+    (:func:`~topkbench.config_keys.check_override_keys`), unknown keys at any level, and run options
     of the wrong type or range are errors."""
-    from topkbench.config import (
+    from topkbench.config_keys import (
         check_config_keys,
         check_dataset_overrides,
         check_override_keys,
@@ -138,7 +138,7 @@ def compose(overrides: list[str] | None, command: str | None = None) -> dict[str
 def _upserts(overrides: list[str] | None) -> list[str]:
     """``experiment.KEY=V`` and ``dataset.KEY=V`` set the key whether or not the chosen YAML
     file mentions it (Hydra's ``++``); unknown keys are then refused by name, with the valid
-    ones, by :func:`~topkbench.config.check_config_keys`."""
+    ones, by :func:`~topkbench.config_keys.check_config_keys`."""
     out = []
     for item in overrides or ():
         key = item.split("=", 1)[0]

@@ -111,12 +111,7 @@ def train(
         "n": int(Xtr.shape[0]),
         "d": int(Xtr.shape[1]),
         "m": int(ds.n_classes),
-        "primal": model.primal,
-        "dual": model.dual,
-        "relative_gap": model.relative_gap,
-        "status": model.status,
-        "epochs": model.epochs,
-        "train_seconds": model.train_seconds,
+        **model.certificate(),
         "metrics": metrics,
     }
     if model.info:

@@ -50,7 +50,7 @@ from topkbench.data.files import (
     resolve_path,
 )
 from topkbench.data.preprocess import SCALINGS, apply_holdout, scale_features
-from topkbench.data.specs import FILE_KINDS, GENERATED_KINDS
+from topkbench.dataset_specs import FILE_KINDS, GENERATED_KINDS
 from topkbench.errors import ConfigError, DataFormatError, DatasetNotFoundError
 from topkbench.feature_map import FeatureMap, append_bias
 from topkbench.validation import check_choice

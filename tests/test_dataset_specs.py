@@ -8,9 +8,10 @@ from dataclasses import fields
 import pytest
 
 from topkbench.cli.app import conf_dir
-from topkbench.config import DATASET_KEYS, DatasetConfig
+from topkbench.config import DatasetConfig
+from topkbench.config_keys import DATASET_KEYS
 from topkbench.data.registry import registry_entry, registry_names
-from topkbench.data.specs import ALL_KINDS, PreprocessSpec, kind_spec
+from topkbench.dataset_specs import ALL_KINDS, PreprocessSpec, kind_spec
 
 
 @pytest.mark.parametrize("name", registry_names(conf_dir()))
