@@ -27,11 +27,11 @@ def test_registry_entries_read_into_typed_specs(name):
 
 def test_values_are_cast_and_defaults_kept():
     cfg = DatasetConfig.from_dict(
-        {"kind": "gaussian", "n_classes": 5, "separation": 2, "bias": 1, "pca": "7"}
+        {"kind": "gaussian", "n_classes": 5, "separation": 2, "bias": 1, "pca": 7}
     )
     assert cfg.spec.n_classes == 5 and cfg.spec.n_train == 10_500
     assert isinstance(cfg.spec.separation, float) and cfg.spec.separation == 2.0
-    assert cfg.preprocess == PreprocessSpec(pca="7", bias=1.0)
+    assert cfg.preprocess == PreprocessSpec(pca=7, bias=1.0)
     assert kind_spec("mulan", {"n_labels": -6}).n_labels == -6
     assert kind_spec("mulan", {}).n_labels is None
     assert kind_spec("libsvm", {"zero_based": True, "n_labels": 3}).zero_based is True
@@ -40,3 +40,11 @@ def test_values_are_cast_and_defaults_kept():
 def test_every_spec_field_is_a_valid_dataset_key():
     for cls in (*ALL_KINDS.values(), PreprocessSpec):
         assert {f.name for f in fields(cls)} <= DATASET_KEYS
+
+
+@pytest.mark.parametrize("bad", [0, 0.95, "half", True])
+def test_pca_must_be_a_component_count_or_nonsingular(bad):
+    from topkbench.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="dataset.pca must be a number of components"):
+        DatasetConfig.from_dict({"kind": "libsvm", "pca": bad})

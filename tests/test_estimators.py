@@ -276,3 +276,29 @@ def test_weights_and_intercept():
         TopKClassifier(class_weight={"w": 2.0}).fit(X, labels[y])
     with pytest.raises(ConfigError, match="bias applies to kernel='linear'"):
         TopKClassifier(kernel="rbf", theta=1.0, bias=1.0).fit(X, y)
+
+
+def test_rank_weights_change_refits_from_zero():
+    X, y = _problem(m=5, n=100)
+    clf = TopKClassifier(method="wtopk_svm", k=3, weights="exp", warm_start=True,
+                         max_epochs=300).fit(X, y)  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", topkbench.errors.ConvergenceWarning)
+        flat = clf.set_params(weights="flat").fit(X, y)
+        ref = TopKClassifier(method="wtopk_svm", k=3, weights="flat", max_epochs=300).fit(X, y)
+    np.testing.assert_array_equal(flat.coef_, ref.coef_)
+    with pytest.raises(ConfigError, match="other rank weights"):
+        topkbench.fit(X, y, "wtopk_svm", k=3, weights="linear", warm_start=ref.model_)
+
+
+def test_rectangular_non_indicator_is_refused_with_a_hint():
+    X, _ = _problem(n=4)
+    with pytest.raises(ValueError, match="pass label sets as a list of sets"):
+        MultilabelClassifier().fit(X[:2], [[0, 1], [2, 3]])
+
+
+def test_predict_proba_follows_the_fitted_method():
+    X, y = _problem()
+    clf = TopKClassifier(method="lr_multi").fit(X, y)
+    clf.set_params(method="svm_multi")
+    assert clf.predict_proba(X).shape == (X.shape[0], 4)

@@ -197,3 +197,35 @@ def test_train_save_refuses_pca_features(tmp_path, monkeypatch):
     assert res.exit_code == 2, res.output
     assert "PCA" in res.output
     assert not (tmp_path / "m.npz").exists()
+
+
+def test_predict_reads_multilabel_files(tmp_path):
+    from topkbench.data.synthetic import make_multilabel
+    from topkbench.predict import predict_file
+
+    part = make_multilabel(0, n_train=80, n_val=0, n_test=0, n_features=4, n_labels=4)["train"]
+    Y = part.Y.toarray() if sp.issparse(part.Y) else np.asarray(part.Y)
+    model = topkbench.fit(part.X, Y, "lr_ml", C=1.0)
+    path = model.save(tmp_path / "ml.npz")
+    with open(tmp_path / "ml.svm", "w") as fh:
+        for row, labels in zip(part.X, Y, strict=True):
+            labs = ",".join(str(j) for j in np.flatnonzero(labels))
+            feats = " ".join(f"{j + 1}:{v:.6g}" for j, v in enumerate(row))
+            fh.write(f"{labs} {feats}\n")
+    result = predict_file(path, tmp_path / "ml.svm", top=2)
+    name, value = result.metric
+    S = model.decision_function(part.X)
+    top2 = np.argsort(-S, axis=1, kind="stable")[:, :2]
+    expected = np.mean([Y[i, top2[i]].sum() / 2 for i in range(len(Y))])
+    assert name == "precision@2" and value == pytest.approx(expected)
+
+
+def test_saved_file_is_readable_by_others(tmp_path):
+    import os
+    import stat
+
+    X, y = _problem()
+    path = topkbench.fit(X, y, "lr_multi").save(tmp_path / "m.npz")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o666 & ~umask

@@ -142,7 +142,7 @@ def test_class_weight_is_refused_for_multilabel_rows_and_unknown_rules():
 
     root = compose(["experiment=table7_synth"])
     root["experiment"]["datasets"][0]["class_weight"] = "balanced"
-    with pytest.raises(ConfigError, match="class_weight, which applies to multiclass"):
+    with pytest.raises(ConfigError, match="sets class_weight, and row .* is multilabel"):
         ExperimentConfig.from_dict(root)
     with pytest.raises(ConfigError, match="dataset.class_weight must be one of balanced"):
         ExperimentConfig.from_dict(compose(["experiment=table3", "dataset.class_weight=auto"]))

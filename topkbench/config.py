@@ -89,6 +89,12 @@ class DatasetConfig:
                 raise ConfigError(f"dataset.{key} must be true or false; got {d[key]!r}")
         if d.get("class_weight") is not None:
             check_choice("dataset.class_weight", d["class_weight"], ("balanced",))
+        pca = d.get("pca")
+        none = pca is None or pca is False or pca == "nonsingular"
+        if not none and (isinstance(pca, bool) or not isinstance(pca, int) or pca < 1):
+            raise ConfigError(
+                f"dataset.pca must be a number of components >= 1 or 'nonsingular'; got {pca!r}"
+            )
         rest = tuple(sorted((k, v) for k, v in d.items() if k not in ("name", "kind")))
         return cls(name=str(d.get("name", d["kind"])), kind=str(d["kind"]), options=rest)
 
@@ -388,17 +394,22 @@ def _check_rows(name: str, rows, blocks, metrics) -> None:
 
 
 def _check_class_weights(name: str, datasets, rows) -> None:
-    """``dataset.class_weight`` weighs classes, which multilabel losses do not have."""
+    """``dataset.class_weight`` weighs the classes of the multiclass SDCA and Ent_tr rows;
+    multilabel losses have no classes to weigh and Frank-Wolfe takes no weights."""
     from topkbench.losses.registry import get_method
 
     weighted = [d.name for d in datasets if d.get("class_weight") is not None]
-    ml_rows = [r.row for r in rows if get_method(r.method).task == "multilabel"]
-    if weighted and ml_rows:
-        raise ConfigError(
-            f"experiment {name}: dataset {weighted[0]} sets class_weight, which applies to "
-            f"multiclass methods; rows {', '.join(ml_rows[:3])} are multilabel",
-            hint="drop dataset.class_weight, or the multilabel rows",
-        )
+    if not weighted:
+        return
+    for r in rows:
+        spec = get_method(r.method)
+        if spec.task == "multilabel" or spec.solver == "frank_wolfe":
+            why = "is multilabel" if spec.task == "multilabel" else "has no weighted solver"
+            raise ConfigError(
+                f"experiment {name}: dataset {weighted[0]} sets class_weight, and row "
+                f"{r.row!r} ({spec.name}) {why}",
+                hint="drop dataset.class_weight, or that row",
+            )
 
 
 def _check_multilabel_protocol(name: str, exp: dict[str, Any], layout: str, metrics) -> None:

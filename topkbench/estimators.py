@@ -87,7 +87,8 @@ class _TopkbenchEstimator(BaseEstimator):
         class_weight = getattr(self, "class_weight", None)
         # a dual is feasible only for the labels and weights it was computed with
         signature = (spec.name, self.k, self.gamma, self.kernel, self.theta, repr(class_weight),
-                     bias, _fingerprint(X, targets, weights))  # fmt: skip
+                     repr(getattr(self, "weights", None)), bias,
+                     _fingerprint(X, targets, weights))  # fmt: skip
         warm = None
         if self.warm_start and getattr(self, "_warm_signature", None) == signature:
             warm = self.model_
@@ -119,8 +120,9 @@ class _TopkbenchEstimator(BaseEstimator):
 
     @property
     def intercept_(self) -> NDArray[np.float64]:
-        """``bias`` times the constant feature's weights (zeros without ``bias``): scores
-        are ``X @ coef_.T + intercept_``."""
+        """``bias`` times the constant feature's weights (zeros without ``bias``): the class
+        scores are ``X @ coef_.T + intercept_`` (for two classes ``decision_function`` is
+        their difference)."""
         W = self.coef_.T  # checks fitted and linear
         if self.model_.W.shape[0] == W.shape[0]:
             return np.zeros(W.shape[1])
@@ -235,15 +237,18 @@ class TopKClassifier(ClassifierMixin, _TopkbenchEstimator):
         return self.classes_[np.argmax(f, axis=1)]
 
     def _proper(self) -> bool:
-        spec = get_method(self.method)
-        return spec.name in ("lr_multi", "lr_ova") or (spec.name == "topk_ent" and self.k == 1)
+        # the fitted model's loss decides (set_params after fit does not change it)
+        fitted = getattr(self, "model_", None)
+        name = fitted.method if fitted is not None else get_method(self.method).name
+        k = fitted.params["k"] if fitted is not None else self.k
+        return name in ("lr_multi", "lr_ova") or (name == "topk_ent" and k == 1)
 
     @available_if(_proper)
     def predict_proba(self, X) -> NDArray[np.float64]:
         """Class probabilities: softmax(f) (``lr_multi``, ``topk_ent`` at k = 1) or the
         normalized sigmoids of OVA logistic regression (``lr_ova``)."""
         f = self._scores(X)
-        if get_method(self.method).name == "lr_ova":
+        if self.model_.method == "lr_ova":
             p = 0.5 * (1.0 + np.tanh(0.5 * f))  # sigmoid without overflow
         else:
             p = np.exp(f - f.max(axis=1, keepdims=True))
@@ -326,6 +331,11 @@ class MultilabelClassifier(ClassifierMixin, _TopkbenchEstimator):
         except ValueError:  # ragged: label sets
             arr = None
         if arr is not None and arr.ndim == 2 and arr.shape[1] > 1 and arr.dtype.kind in "biuf":
+            if not np.isin(arr, (0, 1)).all():
+                raise ValueError(
+                    "a rectangular numeric y is read as an n x m 0/1 indicator, and this one "
+                    "holds other values; pass label sets as a list of sets, e.g. [{0, 1}, {2}]"
+                )
             return np.arange(arr.shape[1]), sp.csr_matrix(arr)
         collections = (list, tuple, set, frozenset, np.ndarray)
         if (arr is not None and (arr.ndim == 1 or (arr.ndim == 2 and arr.shape[1] == 1))

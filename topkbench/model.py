@@ -58,6 +58,7 @@ class Model:
     info: dict[str, Any] = field(default_factory=dict)  # solver-specific extras
     classes: NDArray | None = None  # the label of each score column (None: 0..m-1)
     feature_map: FeatureMap | None = None  # applied to X first (None: X is used as given)
+    sample_weight: NDArray[np.float64] | None = None  # the w_i of the fit (None: all 1)
 
     @classmethod
     def from_result(cls, res, *, method: str, params: dict[str, Any], epochs: int,
@@ -122,7 +123,7 @@ class Model:
             epochs=int(cert["epochs"]), train_seconds=float(cert["train_seconds"]),
             kernel=meta["kernel"], theta=meta["theta"], X_train=arrays.get("X_train"),
             info=info, classes=None if meta["classes"] is None else np.asarray(meta["classes"]),
-            feature_map=fmap,
+            feature_map=fmap, sample_weight=arrays.get("sample_weight"),
         )  # fmt: skip
 
     @property
@@ -317,15 +318,15 @@ def fit(
         y, m, classes = class_indices(Y, n_rows, n_classes)
     codes = None if spec.task == "multilabel" else y
     ex_w = example_weights(sample_weight, class_weight, codes, m, classes, n_rows)
+    if ex_w is not None and np.all(ex_w == 1.0):
+        ex_w = None  # the unweighted problem, on the unweighted code path
     if ex_w is not None:
         if spec.solver == "frank_wolfe":
             raise ConfigError(
                 f"sample_weight and class_weight are not available for {spec.name}: its "
                 "Frank-Wolfe solver has no weighted form"
             )
-        if np.all(ex_w == 1.0):
-            ex_w = None  # the unweighted problem, on the unweighted code path
-        elif np.any(ex_w == 0.0):
+        if np.any(ex_w == 0.0):
             keep = (ex_w > 0.0) if keep is None else keep & (ex_w > 0.0)
             if not keep.any():
                 raise InputError("every example with a label set to rank has weight 0")
@@ -362,7 +363,8 @@ def fit(
         )  # fmt: skip
         model.classes = classes
         return model
-    A0 = _warm_dual(warm_start, spec.name, (n_rows, m), C)
+    A0 = _warm_dual(warm_start, spec.name, (n_rows, m), C, ex_w, k=k)
+    all_w = ex_w  # every row's weight (the model keeps it; ex_w follows the kept rows)
     feats = gram if gram is not None else X
     if keep is not None:
         rows = np.flatnonzero(keep)
@@ -397,16 +399,27 @@ def fit(
         info["excluded_examples"] = int(n_rows - keep.sum())
     if ex_w is not None:
         info["weighted"] = True
+        model_weights = all_w
+    else:
+        model_weights = None
     params = {"C": C, "k": k, "gamma": gamma, "eps": eps, "seed": seed}
     model = Model.from_result(res, method=spec.name, params=params, epochs=res.epochs,
                               kernel=kernel, theta=theta, X=X, info=info, A=A)  # fmt: skip
     model.classes = classes
+    model.sample_weight = model_weights
     return model
 
 
-def _warm_dual(warm_start, method: str, shape: tuple[int, int], C: float):
-    """The warm-start dual rescaled to ``C`` (``C_new / C_old`` keeps it feasible), from a
-    model of ``method`` or a pair ``(C_old, A_old)``; None without a warm start."""
+def _warm_dual(warm_start, method: str, shape: tuple[int, int], C: float, weights=None, *,
+               k: int = 1, rank_weights=None):  # fmt: skip
+    """The warm-start dual rescaled to ``C`` and the example weights of the new fit, from a
+    model of ``method`` or a pair ``(C_old, A_old)``; None without a warm start.
+
+    Example i's block lives in its conjugate's domain scaled by ``C w_i``, so the block is
+    rescaled by ``C w_i / (C_old w_old_i)`` (feasible again); a row of old weight 0 holds 0
+    and stays 0.  A pair carries no weights: it is taken to come from a fit with the same
+    weights as this one (an experiment's path).  A model of another k (or, for wtopk_svm,
+    other rank weights) has another conjugate domain, and is refused."""
     if warm_start is None:
         return None
     if isinstance(warm_start, Model):
@@ -414,14 +427,27 @@ def _warm_dual(warm_start, method: str, shape: tuple[int, int], C: float):
             raise ConfigError(f"warm_start is a {warm_start.method} model; expected {method}")
         if warm_start.A is None:
             raise ConfigError("warm_start: this model keeps no dual (a saved linear model)")
-        C_old, A_old = warm_start.params["C"], warm_start.A
+        if warm_start.params.get("k", 1) != k:
+            raise ConfigError(
+                f"warm_start was fit with k = {warm_start.params.get('k', 1)}; this fit has "
+                f"k = {k} (another dual domain)"
+            )
+        old_rho = warm_start.info.get("rho")
+        if rank_weights is not None and (
+            old_rho is None or not np.array_equal(np.asarray(old_rho), rank_weights)
+        ):
+            raise ConfigError("warm_start was fit with other rank weights (another dual domain)")
+        C_old, A_old, w_old = warm_start.params["C"], warm_start.A, warm_start.sample_weight
     else:
-        C_old, A_old = warm_start
+        (C_old, A_old), w_old = warm_start, weights
     if A_old.shape != shape:
         raise ConfigError(
             f"warm_start dual has shape {A_old.shape}; expected {shape} (same training data)"
         )
-    return A_old * (C / C_old)
+    new = np.full(shape[0], float(C)) if weights is None else C * weights
+    old = np.full(shape[0], float(C_old)) if w_old is None else C_old * w_old
+    ratio = np.divide(new, old, out=np.zeros(shape[0]), where=old > 0.0)
+    return A_old * ratio[:, None]
 
 
 def _available_memory() -> float | None:
@@ -470,7 +496,7 @@ def _fit_frank_wolfe(F, y, m, name, *, gram, C, k, gamma, weights, fw, eps, max_
     if fw not in VARIANTS:
         raise ConfigError(f"fw must be one of {', '.join(VARIANTS)}; got {fw!r}")
     rho = weight_vector(weights, k, m)
-    A0 = _warm_dual(warm_start, name, (F.shape[0], m), C)
+    A0 = _warm_dual(warm_start, name, (F.shape[0], m), C, k=k, rank_weights=rho)
     res = solve_frank_wolfe(
         F if gram else as_operator(F), y, gram=gram, n_classes=m, rho=rho, C=C, gamma=gamma,
         variant=fw, eps=eps, max_iter=max_epochs, time_limit=time_limit, warn=warn, A0=A0,

@@ -56,6 +56,8 @@ def save_model(model, path, *, training_data: dict[str, Any] | None = None) -> P
         arrays["W"] = np.asarray(model.W, dtype=np.float64)
     else:
         arrays["A"] = np.asarray(model.A, dtype=np.float64)
+        if model.sample_weight is not None:  # the dual's scale, for warm starts
+            arrays["sample_weight"] = np.asarray(model.sample_weight, dtype=np.float64)
         if model.kernel == "rbf":
             X = model.X_train
             arrays["X_train"] = np.asarray(X.toarray() if hasattr(X, "toarray") else X,
@@ -93,6 +95,9 @@ def save_model(model, path, *, training_data: dict[str, Any] | None = None) -> P
     try:
         with os.fdopen(fd, "wb") as fh:
             np.savez_compressed(fh, **arrays)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would hide the model from others
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

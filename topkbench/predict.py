@@ -18,7 +18,7 @@ class Prediction:
     notes: list[str] = field(default_factory=list)
 
 
-def _read(path: Path, n_features: int | None, zero_based: bool):
+def _read(path: Path, n_features: int | None, zero_based: bool, multilabel: bool):
     """Features and raw label tuples (None for a .npy matrix) of ``path``."""
     if path.suffix.lower() == ".npy":
         try:
@@ -30,13 +30,15 @@ def _read(path: Path, n_features: int | None, zero_based: bool):
         return X, None
     from topkbench.data.libsvm import read_libsvm
 
-    data = read_libsvm(path, n_features=n_features, zero_based=zero_based)
+    data = read_libsvm(path, multilabel=multilabel, n_features=n_features, zero_based=zero_based)
     return data.X, data.labels
 
 
-def predict_file(model_path, data_path, *, top: int = 5, zero_based: bool = False) -> Prediction:
+def predict_file(model_path, data_path, *, top: int = 5, zero_based: bool | None = None
+                 ) -> Prediction:  # fmt: skip
     """Top-``top`` labels and scores of the model saved at ``model_path`` for every example of
-    ``data_path`` (LibSVM text or ``.npy``)."""
+    ``data_path`` (LibSVM text or ``.npy``).  ``zero_based`` (LibSVM feature indices from 0)
+    defaults to the training data's setting when the model records it, else False."""
     import pandas as pd
 
     from topkbench.model import Model
@@ -52,7 +54,13 @@ def predict_file(model_path, data_path, *, top: int = 5, zero_based: bool = Fals
     m = model.n_classes
     if top > m:
         raise ConfigError(f"--top must be in [1, {m}] (the model has {m} classes); got {top}")
-    X, labels = _read(Path(data_path), model.n_features, zero_based)
+    from topkbench.losses.registry import get_method
+
+    multilabel = get_method(model.method).task == "multilabel"
+    if zero_based is None:
+        spec = (model.info.get("training_data") or {}).get("spec") or {}
+        zero_based = bool(spec.get("zero_based", False))
+    X, labels = _read(Path(data_path), model.n_features, zero_based, multilabel)
     S = model.decision_function(X)
     order = np.argsort(-S, axis=1, kind="stable")[:, :top]
     classes = np.arange(m) if model.classes is None else np.asarray(model.classes)
@@ -73,9 +81,7 @@ def predict_file(model_path, data_path, *, top: int = 5, zero_based: bool = Fals
             )
         true = [[index[str(lab)] for lab in labs if str(lab) in index] for labs in labels]
         hits = np.array([len(set(t) & set(o.tolist())) for t, o in zip(true, order, strict=True)])
-        from topkbench.losses.registry import get_method
-
-        if get_method(model.method).task == "multilabel":
+        if multilabel:
             metric = (f"precision@{top}", float(np.mean(hits / top)))
         else:
             if any(len(labs) != 1 for labs in labels):

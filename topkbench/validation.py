@@ -266,7 +266,7 @@ def example_weights(sample_weight, class_weight, codes, m: int, classes, n: int)
     neither is given.
 
     ``sample_weight``: n finite non-negative numbers.  ``class_weight``: ``"balanced"``
-    (``n / (m n_c)``, scikit-learn's rule, from the class counts of ``codes``) or a mapping
+    (``n / (m' n_c)`` with m' the classes present in ``codes``, scikit-learn's rule) or a mapping
     from class label (as in the training labels; class indices when ``classes`` is None) to a
     non-negative weight, classes not listed weighing 1.  ``codes`` are the class indices
     (multiclass), or None for multilabel targets, which take no class weights."""
@@ -292,7 +292,8 @@ def example_weights(sample_weight, class_weight, codes, m: int, classes, n: int)
         if isinstance(class_weight, str):
             check_choice("class_weight", class_weight, ("balanced",))
             counts = np.bincount(codes, minlength=m).astype(np.float64)
-            per_class = np.where(counts > 0, n / (m * np.maximum(counts, 1.0)), 0.0)
+            present = int(np.count_nonzero(counts))  # classes of these labels, as scikit-learn
+            per_class = np.where(counts > 0, n / (present * np.maximum(counts, 1.0)), 0.0)
         elif isinstance(class_weight, dict):
             labels = list(range(m)) if classes is None else list(np.asarray(classes).tolist())
             per_class = np.ones(m)

@@ -127,3 +127,12 @@ def test_weighted_objective_is_the_reference_with_weighted_losses(problem):
             a = topkbench.fit(X, y, "topk_ent_tr", k=2, C=3.0, solver=solver, sample_weight=w)
             b = topkbench.fit(X[rep], y[rep], "topk_ent_tr", k=2, C=3.0, solver=solver)
         assert a.primal * X.shape[0] == pytest.approx(b.primal * rep.size, rel=1e-5)
+
+
+def test_zero_weights_count_out_of_n_as_in_sdca(problem):
+    """P(W) = lambda/2 ||W||^2 + 1/n sum w_i L_i with n the examples of positive weight, as
+    every SDCA fit counts them: at k = 1 Ent_tr is LR^Multi and reports its primal."""
+    X, y, _ = problem
+    w = np.where(np.arange(X.shape[0]) % 2 == 0, 0.0, 1.5)
+    model = topkbench.fit(X, y, "topk_ent_tr", k=1, C=2.0, eps=1e-9, sample_weight=w)
+    assert model.primal == pytest.approx(model.info["init_primal"], rel=1e-6)

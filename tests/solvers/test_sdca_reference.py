@@ -256,6 +256,34 @@ def test_integer_weights_are_repetitions(method, gamma):
     np.testing.assert_allclose(a.W, b.W, atol=1e-4 * np.abs(b.W).max())
 
 
+def test_warm_start_across_weights_and_k():
+    """A warm start rescales each block by C w_i / (C_old w_old_i), feasible for new weights;
+    a model of another k (another dual domain) is refused."""
+    from topkbench.errors import ConfigError
+
+    X, y = make_tiny(30, 3, 4, 75)
+    w = np.where(y == 0, 0.1, 2.0)
+    w[3] = 0.0
+    cold = topkbench.fit(X, y, "svm_multi", C=2.0, eps=1e-9, max_epochs=100_000, sample_weight=w)
+    for start_w in (None, tiny_weights(30, 76)):
+        start = topkbench.fit(X, y, "svm_multi", C=1.0, eps=1e-6, sample_weight=start_w)
+        warm = topkbench.fit(X, y, "svm_multi", C=2.0, eps=1e-9, max_epochs=100_000,
+                             sample_weight=w, warm_start=start)  # fmt: skip
+        assert warm.status == "converged"
+        assert warm.primal == pytest.approx(cold.primal, rel=1e-7)
+    start = topkbench.fit(X, y, "topk_svm_alpha", k=2, C=1.0)
+    with pytest.raises(ConfigError, match="k = 2; this fit has k = 3"):
+        topkbench.fit(X, y, "topk_svm_alpha", k=3, C=1.0, warm_start=start)
+
+
+def test_balanced_counts_the_classes_present():
+    from topkbench.validation import example_weights
+
+    codes = np.array([0, 0, 0, 1])
+    w = example_weights(None, "balanced", codes, 5, None, 4)  # classes 2..4 absent
+    np.testing.assert_allclose(w, [4 / 6, 4 / 6, 4 / 6, 2.0])
+
+
 def test_unit_weights_are_the_unweighted_problem():
     X, y = make_tiny(20, 3, 4, 65)
     a = topkbench.fit(X, y, "svm_multi", C=1.0, eps=1e-6)

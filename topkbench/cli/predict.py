@@ -26,7 +26,12 @@ def predict(
     data: Path = typer.Argument(..., metavar="DATA", help="LibSVM text file or .npy features"),
     top: int = typer.Option(5, "--top", help="labels written per example (k)"),
     out: Path = typer.Option(None, "--out", help="CSV output (default: stdout)"),
-    zero_based: bool = typer.Option(False, help="LibSVM feature indices start at 0"),
+    zero_based: bool = typer.Option(
+        None,
+        "--zero-based/--one-based",
+        help="LibSVM feature indices start at 0 / at 1 (default: as in the training data)",
+        show_default=False,
+    ),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     setup_logging(verbose)

@@ -359,7 +359,7 @@ def load_dataset(cfg: DatasetConfig, seed: int) -> Dataset:
     if scale != "none":
         shift, div = scale_features(ds, scale, has_bias=pre.bias != 0.0)
     ds.class_weight = pre.class_weight
-    if not pre.pca:  # a PCA projection is not replayed on new data
+    if not (pre.pca and cfg.kind in FILE_KINDS):  # a PCA projection is not replayed
         raw = ds.n_features - (pre.bias != 0.0)
         ds.feature_map = FeatureMap(raw, shift, div, pre.bias)
     if pre.float32:

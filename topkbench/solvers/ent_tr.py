@@ -102,7 +102,7 @@ def solve_ent_tr(
     ``max_iter`` iterations ("max_iter").  ``weights`` weight the examples' losses.
     """
     d, m = W0.shape
-    n = X.shape[0]
+    n = X.shape[0] if weights is None else int(np.count_nonzero(weights))  # as fit counts
     lam = 1.0 / (C * n)
     y = np.asarray(y, dtype=np.int64)
     start = time.perf_counter()
@@ -176,7 +176,7 @@ def solve_ent_tr_gd(
     in the P(W) scale (times lambda), as for L-BFGS.
     """
     d, m = W0.shape
-    n = X.shape[0]
+    n = X.shape[0] if weights is None else int(np.count_nonzero(weights))  # as fit counts
     lam = 1.0 / (C * n)
     y = np.asarray(y, dtype=np.int64)
     fun = _objective(X, y, k, C, d, m, weights)
