@@ -47,16 +47,18 @@ class StopRule:
                 "eval_every": self.eval_every}  # fmt: skip
 
 
-def method_options(method: str, *, weights: Any = "flat", fw: str = "standard",
+def method_options(method: str, *, weights: Any = "flat", fw: str | None = None,
                    solver: str | None = None) -> dict[str, Any]:  # fmt: skip
     """The :func:`topkbench.fit` keywords only some methods take: wtopk_svm's rank weights and
     Frank-Wolfe variant, and a solver choice (only when one is made, so that rows without one
     keep their record keys; fit refuses it for a method without that choice)."""
     from topkbench.losses.registry import get_method
 
-    options = {"solver": solver} if solver else {}
-    if get_method(method).solver == "frank_wolfe":
-        options.update(weights=weights, fw=fw)
+    options: dict[str, Any] = {"solver": solver} if solver else {}
+    if "weights" in get_method(method).params:
+        options["weights"] = weights
+    if fw:
+        options["fw"] = fw
     return options
 
 
@@ -143,7 +145,7 @@ class TrainConfig(StopRule):
     delta: float = 0.0  # threshold of the multilabel partition metrics
     empty_label: str = "zero"  # their 0/0 convention: zero (the paper) | one (Mulan)
     weights: Any = "flat"  # wtopk_svm rank weights
-    fw: str = "standard"  # wtopk_svm Frank-Wolfe variant
+    fw: str | None = None  # wtopk_svm: a Frank-Wolfe variant instead of SDCA
     solver: str | None = None  # topk_ent_tr: lbfgs (default) | gd
 
     @classmethod
@@ -166,7 +168,7 @@ class TrainConfig(StopRule):
                 delta=float(d.get("delta") or 0.0),
                 empty_label=_choice(d, "empty_label", "zero", EMPTY_CONVENTIONS),
                 weights=d.get("weights", "flat"),
-                fw=str(d.get("fw", "standard")),
+                fw=d.get("fw") or None,
                 solver=d.get("solver") or None,
             )
         except KeyError as exc:
@@ -187,7 +189,7 @@ class SweepRow:
     k_values: tuple[int, ...] = ()  # k as a hyper-parameter (Tables 10-12: k in {2,..,5})
     gamma_values: tuple[float, ...] = ()  # gamma as a hyper-parameter (Kato Table 1)
     weights: Any = "flat"  # wtopk_svm: flat | linear | exp | a tuple of rank weights
-    fw: str = "standard"  # wtopk_svm: Frank-Wolfe variant
+    fw: str | None = None  # wtopk_svm: a Frank-Wolfe variant instead of SDCA
     solver: str = ""  # topk_ent_tr: lbfgs | gd ("": the method's default)
 
     @classmethod
@@ -394,8 +396,8 @@ def _check_rows(name: str, rows, blocks, metrics) -> None:
 
 
 def _check_class_weights(name: str, datasets, rows) -> None:
-    """``dataset.class_weight`` weighs the classes of the multiclass SDCA and Ent_tr rows;
-    multilabel losses have no classes to weigh and Frank-Wolfe takes no weights."""
+    """``dataset.class_weight`` weighs the classes of the multiclass rows; multilabel losses
+    have no classes to weigh and Frank-Wolfe takes no weights."""
     from topkbench.losses.registry import get_method
 
     weighted = [d.name for d in datasets if d.get("class_weight") is not None]
@@ -403,8 +405,8 @@ def _check_class_weights(name: str, datasets, rows) -> None:
         return
     for r in rows:
         spec = get_method(r.method)
-        if spec.task == "multilabel" or spec.solver == "frank_wolfe":
-            why = "is multilabel" if spec.task == "multilabel" else "has no weighted solver"
+        if spec.task == "multilabel" or r.fw:
+            why = "is multilabel" if spec.task == "multilabel" else "uses Frank-Wolfe (unweighted)"
             raise ConfigError(
                 f"experiment {name}: dataset {weighted[0]} sets class_weight, and row "
                 f"{r.row!r} ({spec.name}) {why}",

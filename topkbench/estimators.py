@@ -207,8 +207,8 @@ class TopKClassifier(ClassifierMixin, _TopkbenchEstimator):
                 f"{type(self).__name__} needs at least 2 classes in y; got 1 class "
                 f"({self.classes_[0]!r})"
             )
-        extra = {"weights": self.weights} if spec.solver == "frank_wolfe" else {}
-        if spec.solver != "frank_wolfe" and not (isinstance(self.weights, str)
+        extra = {"weights": self.weights} if "weights" in spec.params else {}
+        if "weights" not in spec.params and not (isinstance(self.weights, str)
                                                  and self.weights == "flat"):  # fmt: skip
             raise ConfigError(f"weights= is an option of wtopk_svm, not of {spec.name}")
         class_weight = self.class_weight

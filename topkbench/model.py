@@ -198,7 +198,7 @@ def fit(
     warn: bool = True,
     check_kernel: bool = True,
     weights="flat",
-    fw: str = "standard",
+    fw: str | None = None,
     accelerate: str = "auto",
     solver: str | None = None,
     sample_weight=None,
@@ -236,8 +236,10 @@ def fit(
         or a pair ``(C_old, A_old)``; the dual is rescaled by ``C_new / C_old`` (which keeps
         it feasible) and W recomputed.
     weights, fw : ``wtopk_svm`` only: the rank weights (``flat``, ``linear``, ``exp`` or a
-        non-increasing non-negative sequence; Kato §7.3) and the Frank-Wolfe variant
-        (``standard``, ``away``, ``pairwise``); ``max_epochs`` bounds its iterations.
+        non-increasing non-negative sequence; Kato §7.3), and ``fw``: None (default) solves
+        it by SDCA with the exact projection of :mod:`topkbench.prox.permutahedron`, a
+        Frank-Wolfe variant (``standard``, ``away``, ``pairwise``; Kato §5) by Frank-Wolfe,
+        whose ``max_epochs`` bounds the iterations.
     accelerate : SDCA only: ``"auto"`` (default) hands an ill-conditioned problem (``C
         max||x||^2`` large) to Newton's method in the primal at the first certificate when the
         features have ``d m <= 1024`` (:mod:`topkbench.solvers.newton`), and otherwise, once
@@ -272,7 +274,7 @@ def fit(
         if X is None:
             raise InputError("fit needs features X or a Gram matrix K=")
         X = check_features(X)
-        if X.dtype == np.float32 and (spec.solver != "sdca" or kernel == "rbf"):
+        if X.dtype == np.float32 and (spec.solver != "sdca" or kernel == "rbf" or fw):
             X = X.astype(np.float64)  # float32 is an SDCA (linear) option
         n_rows = X.shape[0]
         if kernel not in (None, "linear", "rbf"):
@@ -286,6 +288,8 @@ def fit(
             gram = rbf_kernel(X, theta=theta)
         else:
             kernel = None
+    if "fw" not in spec.params and fw is not None:
+        raise ConfigError(f"fw= is an option of wtopk_svm, not of {spec.name}")
     if gram is not None and spec.solver != "sdca":
         raise ConfigError(f"method {spec.name} ({spec.solver}) has no kernel mode")
     keep = None
@@ -321,10 +325,10 @@ def fit(
     if ex_w is not None and np.all(ex_w == 1.0):
         ex_w = None  # the unweighted problem, on the unweighted code path
     if ex_w is not None:
-        if spec.solver == "frank_wolfe":
+        if fw is not None:
             raise ConfigError(
-                f"sample_weight and class_weight are not available for {spec.name}: its "
-                "Frank-Wolfe solver has no weighted form"
+                f"sample_weight and class_weight are not available with fw={fw}: the "
+                "Frank-Wolfe solver has no weighted form (the default SDCA solver has)"
             )
         if np.any(ex_w == 0.0):
             keep = (ex_w > 0.0) if keep is None else keep & (ex_w > 0.0)
@@ -340,11 +344,14 @@ def fit(
     solver = check_solver(spec, solver)
     if time_limit is not None:
         time_limit = check_positive("time_limit", time_limit)
-    if spec.solver != "frank_wolfe" and (
-        not isinstance(weights, str) or weights != "flat" or fw != "standard"
-    ):
-        raise ConfigError(f"weights= and fw= are options of wtopk_svm, not of {spec.name}")
-    if spec.solver == "frank_wolfe":
+    rho = None
+    if "weights" in spec.params:
+        from topkbench.solvers.frank_wolfe import weight_vector
+
+        rho = weight_vector(weights, k, m)
+    elif not isinstance(weights, str) or weights != "flat":
+        raise ConfigError(f"weights= is an option of wtopk_svm, not of {spec.name}")
+    if fw is not None:
         model = _fit_frank_wolfe(
             gram if gram is not None else X, y, m, spec.name, gram=gram is not None, C=C, k=k,
             gamma=gamma, weights=weights, fw=fw, eps=eps, max_epochs=max_epochs, seed=seed,
@@ -363,7 +370,7 @@ def fit(
         )  # fmt: skip
         model.classes = classes
         return model
-    A0 = _warm_dual(warm_start, spec.name, (n_rows, m), C, ex_w, k=k)
+    A0 = _warm_dual(warm_start, spec.name, (n_rows, m), C, ex_w, k=k, rank_weights=rho)
     all_w = ex_w  # every row's weight (the model keeps it; ex_w follows the kept rows)
     feats = gram if gram is not None else X
     if keep is not None:
@@ -390,6 +397,7 @@ def fit(
         warn=warn,
         accelerate=accelerate,
         sample_weight=ex_w,
+        rho=rho,
     )
     A = res.A
     info: dict[str, Any] = dict(res.info)
@@ -403,6 +411,9 @@ def fit(
     else:
         model_weights = None
     params = {"C": C, "k": k, "gamma": gamma, "eps": eps, "seed": seed}
+    if rho is not None:
+        params["weights"] = weights if isinstance(weights, str) else [float(v) for v in rho]
+        info["rho"] = [float(v) for v in rho]
     model = Model.from_result(res, method=spec.name, params=params, epochs=res.epochs,
                               kernel=kernel, theta=theta, X=X, info=info, A=A)  # fmt: skip
     model.classes = classes

@@ -32,7 +32,7 @@ from topkbench.losses.entropic import (
     _lr_multi_loss,
     is_entropic,
 )
-from topkbench.losses.ids import LOSS_LR_MULTI, LOSS_SVM_OVA, LOSS_TOPK_ENT
+from topkbench.losses.ids import LOSS_LR_MULTI, LOSS_SVM_OVA, LOSS_TOPK_ENT, LOSS_WTOPK_SVM
 from topkbench.losses.multilabel import (
     is_multilabel,
     loss_value_ml,
@@ -49,6 +49,7 @@ from topkbench.losses.ova import (
 )
 from topkbench.losses.topk_entropy import topk_ent_loss
 from topkbench.losses.topk_hinge import _hinge_loss, hinge_block, hinge_neg_conj, is_hinge
+from topkbench.losses.weighted_topk import wtopk_block, wtopk_loss, wtopk_neg_conj
 from topkbench.prox.roots import STATUS_OK
 from topkbench.prox.vecmath import vdot
 
@@ -80,8 +81,9 @@ def update_block(loss, y, s, a, kii, C, gamma, k, out, work, vals, srt, idx, ext
 def _scratch(m):
     """Per-call scratch of the epoch kernels (allocated once per call, not per example):
     scores, new block, the ``work``, ``vals``, ``srt``, ``idx`` arrays of update_block, the
-    all-False label mask of the multilabel updates, the block change ``delta``, and
-    update_block's ``extra`` (3 x m)."""
+    all-False label mask of the multilabel updates, the block change ``delta``,
+    update_block's ``extra`` (3 x m), and one more float and int array of length m (the
+    weighted top-k update's)."""
     return (
         np.empty(m),
         np.empty(m),
@@ -92,26 +94,33 @@ def _scratch(m):
         np.zeros(m, dtype=np.bool_),
         np.empty(m),
         np.empty((3, m)),
+        np.empty(m),
+        np.empty(m, dtype=np.int64),
     )
 
 
 @njit(cache=True)
-def _update(loss, yptr, yidx, i, s, a, kii, C, gamma, k, out, scratch, troots):
+def _update(loss, yptr, yidx, i, s, a, kii, C, gamma, k, rho, out, scratch, troots):
     """Dispatch one block update: labels of example ``i`` are ``yidx[yptr[i]:yptr[i+1]]``
-    (exactly one for the multiclass losses)."""
-    _, _, work, vals, srt, idx, mask, _, extra = scratch
+    (exactly one for the multiclass losses); ``rho`` holds the weighted top-k hinge's rank
+    weights, zero-padded to length m (empty for the other losses)."""
+    _, _, work, vals, srt, idx, mask, _, extra, more, more_idx = scratch
     if is_multilabel(loss):
         labels = yidx[yptr[i] : yptr[i + 1]]
         return update_block_ml(
             loss, labels, s, a, kii, C, gamma, out, work, vals, idx, troots, i, mask
         )
+    if loss == LOSS_WTOPK_SVM:
+        wtopk_block(yidx[yptr[i]], s, a, kii, C, gamma, rho, out, work, vals, idx, srt,
+                    extra[0], extra[1], extra[2], more_idx)  # fmt: skip
+        return STATUS_OK
     return update_block(
         loss, yidx[yptr[i]], s, a, kii, C, gamma, k, out, work, vals, srt, idx, extra, troots, i
     )
 
 
 @njit(cache=True)
-def gradient_duals(S, yptr, yidx, loss, C, gamma, k, out):
+def gradient_duals(S, yptr, yidx, loss, C, gamma, k, rho, out):
     """``out[i] = -C grad L_gamma(Y_i, S_i)`` for every row of the scores ``S``: the block
     update of an example with ``||x_i||^2 = 0`` (then ``q = s`` and the update maximizes
     ``-C L*(-a / C) - <a, s>``, whose maximizer is ``-C`` times the gradient; DESIGN §4.3's
@@ -124,8 +133,9 @@ def gradient_duals(S, yptr, yidx, loss, C, gamma, k, out):
     a = np.zeros(m)
     failures = 0
     for i in range(n):
-        if _update(loss, yptr, yidx, i, S[i], a, 0.0, C, gamma, k, out[i], scratch, troots) != (
-            STATUS_OK
+        if (
+            _update(loss, yptr, yidx, i, S[i], a, 0.0, C, gamma, k, rho, out[i], scratch, troots)
+            != STATUS_OK
         ):
             failures += 1
     return failures
@@ -176,7 +186,7 @@ def neg_conjugate_value(loss, y, a, C, gamma, k, x, lx, tmp):
 
 
 @njit(cache=True)
-def objective_terms(S, yptr, yidx, A, loss, Cs, gamma, k, lsum0, csum0, gaps):
+def objective_terms(S, yptr, yidx, A, loss, Cs, gamma, k, rho, lsum0, csum0, gaps):
     """Return ``(lsum0 + sum_i Cs_i L(Y_i, S_i), csum0 + sum_i -Cs_i L*(Y_i, -A_i / Cs_i))``
     for scores ``S`` (n x m), labels in CSR form (see :func:`sdca_epochs_dense`) and the
     examples' shares ``Cs_i = C w_i`` (``w_i`` the sample weights, 1 without), i.e. the loss
@@ -188,7 +198,8 @@ def objective_terms(S, yptr, yidx, A, loss, Cs, gamma, k, lsum0, csum0, gaps):
     ``S = X W`` and ``W = X^T A``, ``sum_i <A_i, S_i> = ||W||^2``, so ``sum_i g_i = (P - D) /
     lambda``; ``g_i = 0`` exactly when ``-A_i / Cs_i`` is a subgradient of the loss at ``S_i``,
     i.e. when block i is already the maximizer of its SDCA update (shrinking in
-    :func:`topkbench.solvers.sdca.solve_sdca`).  Pass an empty array to skip."""
+    :func:`topkbench.solvers.sdca.solve_sdca`).  Pass an empty array to skip.  ``rho`` as in
+    :func:`_update`."""
     n, m = S.shape
     want_gaps = gaps.shape[0] == n
     work = np.empty(m)
@@ -199,6 +210,12 @@ def objective_terms(S, yptr, yidx, A, loss, Cs, gamma, k, lsum0, csum0, gaps):
     idx = np.empty(m, dtype=np.int64)
     mask = np.zeros(m, dtype=np.bool_)
     ml = is_multilabel(loss)
+    wt = loss == LOSS_WTOPK_SVM
+    if wt:  # the weighted top-k projection's scratch
+        bs = np.empty(m)
+        d = np.empty(m)
+        bsum = np.empty(m)
+        bcnt = np.empty(m, dtype=np.int64)
     lsum = lsum0
     csum = csum0
     for i in range(n):
@@ -207,6 +224,10 @@ def objective_terms(S, yptr, yidx, A, loss, Cs, gamma, k, lsum0, csum0, gaps):
             labels = yidx[yptr[i] : yptr[i + 1]]
             li = loss_value_ml(loss, labels, S[i], gamma, work, idx, mask)
             ci = neg_conjugate_value_ml(loss, labels, A[i], C, gamma, mask)
+        elif wt:
+            y = yidx[yptr[i]]
+            li = wtopk_loss(S[i], y, rho, gamma, work, x, idx, bs, srt, d, bsum, bcnt)
+            ci = wtopk_neg_conj(A[i], y, C, gamma)
         else:
             y = yidx[yptr[i]]
             li = loss_value(loss, y, S[i], gamma, k, work, srt, idx, tmp)

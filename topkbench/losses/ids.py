@@ -14,3 +14,4 @@ LOSS_TOPK_SVM_BETA = 6  # Delta_k^beta
 LOSS_TOPK_ENT = 7
 LOSS_SVM_ML = 8
 LOSS_LR_ML = 9
+LOSS_WTOPK_SVM = 10  # Kato & Hirohashi's weighted top-k hinge (rank weights rho)

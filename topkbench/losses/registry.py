@@ -167,12 +167,14 @@ _WTOPK = MethodSpec(
     name="wtopk_svm",
     paper_name="weighted top-k SVM (Kato & Hirohashi); flat weights = top-k SVM^alpha as printed",
     task="multiclass",
-    solver="frank_wolfe",
-    loss_id=-1,
+    solver="sdca",
+    loss_id=_k.LOSS_WTOPK_SVM,
     params=("k", "gamma", "weights", "fw"),
     objective="max{0, sum_r rho_r c_[r]}, c = 1 - e_y + f - f_y 1 (all m sorted); "
-    "Moreau-smoothed over all m coordinates for gamma > 0",
-    reference="Kato 004 §4 eq. (8), Thm. 2, §5 Lemma 3 / eqs. (20)-(24), §6 eq. (25), Prop. 5",
+    "Moreau-smoothed over all m coordinates for gamma > 0; fw=standard|away|pairwise solves it "
+    "by Frank-Wolfe instead of SDCA",
+    reference="Kato 004 §4 eq. (8), §5 (Frank-Wolfe), §6 eq. (25); SDCA by the permutahedron "
+    "projection (topkbench.prox.permutahedron)",
     aliases=("weighted_topk_svm", "wtopk"),
     smooth_when="gamma > 0",
 )

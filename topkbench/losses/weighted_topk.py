@@ -1,5 +1,6 @@
-"""Kato & Hirohashi's weighted top-k hinge (papers/004, §4 eq. (8)) and the Frank-Wolfe vertex
-of its dual domain (§5, Lemma 3, eq. (24)).
+"""Kato & Hirohashi's weighted top-k hinge (papers/004, §4 eq. (8)): its SDCA block update,
+smoothed value and conjugate, and the Frank-Wolfe vertex of its dual domain (§5, Lemma 3,
+eq. (24)).
 
 Loss: with ``c = 1 - e_y + s - s_y 1`` (so ``c_y = 0``; all m coordinates are sorted, the label
 one included) and non-increasing weights ``rho_1 >= ... >= rho_K > 0`` (zero beyond K)::
@@ -14,6 +15,21 @@ coefficients.
 Vertex (Lemma 3 in our scale, see ``topkbench.solvers.frank_wolfe``): the dual block maximizing
 the linearized dual is ``a_i = -C g`` for a subgradient ``g`` of Phi at the current scores:
 ``g = sum_{r <= K, [r] != y} rho_r (e_[r] - e_y)`` when the weighted sum is positive, else 0.
+**SDCA** (conventions of :mod:`topkbench.losses.dispatch`: ``x = -a^{\\y}`` is C times the
+conjugate argument's off-label part, ``a_y = <1, x>``).  The conjugate's domain is ``C D`` with
+``D`` the off-label part of ``conv({0} u P(rho))`` (:mod:`topkbench.prox.permutahedron`, which
+derives it), and ``-L*(v) = <1, x>/C - gamma/2 (||x||^2 + <1,x>^2)/C^2``: Kato's smoothing
+(eq. (25)) is a Moreau envelope over all m scores, so it penalizes ``v_y = -<1,x>/C`` too.
+Maximizing the dual over the block (q = s - K a, K = ||x_i||^2) gives
+
+    x = argmin_{x in C D} ||x - b||^2 + <1, x>^2,   b = (q^{\\y} - q_y + 1) / (K + gamma/C),
+
+the biased projection of :func:`~topkbench.prox.permutahedron.wtopk_biased_projection`: the
+bias coefficient is 1 for every gamma (the smoothing and the data term both carry
+``||x||^2 + <1,x>^2``).  ``rho`` is zero-padded to length m for it.  The smoothed value is
+``max_{x in D} <x, z> - gamma/2 (||x||^2 + <1,x>^2)`` at ``z = c^{\\y}``: the same projection of
+``z / gamma`` with C = 1.
+
 A vertex is stored as its K sorted indices (``-1`` for the zero vertex), which is all a
 Frank-Wolfe atom needs (``n K`` int32 instead of ``n m`` floats).  Products of the features with
 an atom's matrix cost ``O(nnz(X) K)`` instead of ``O(nnz(X) m)`` (``atom_xt_*``), and the
@@ -25,6 +41,8 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
+
+from topkbench.prox.permutahedron import wtopk_biased_projection
 
 
 @njit(cache=True)
@@ -227,3 +245,123 @@ def atom_xt_csr(atom, y, rho, C, indptr, indices, data, outT):
             j, c = cols[a], coefs[a]
             for p in range(indptr[i], indptr[i + 1]):
                 outT[j, indices[p]] += c * data[p]
+
+
+@njit(cache=True)
+def _weighted_margin_sum(s, y, rho, c, order):
+    """``c`` = the margins ``1 - e_y + s - s_y 1`` (all m), ``order`` their descending order,
+    and ``sum_r rho_r c_[r]`` (``rho`` zero-padded to length m)."""
+    m = s.shape[0]
+    sy = s[y]
+    for j in range(m):
+        c[j] = 0.0 if j == y else 1.0 + s[j] - sy
+    order[:] = np.argsort(-c, kind="mergesort")
+    total = 0.0
+    for r in range(m):
+        if rho[r] == 0.0:
+            break
+        total += rho[r] * c[order[r]]
+    return total
+
+
+@njit(cache=True)
+def wtopk_block(y, s, a, kii, C, gamma, rho, out, b, x, order, bs, z, d, bsum, bcnt):
+    """SDCA block update of the weighted top-k hinge into ``out`` (module docstring).
+
+    Scratch: ``b``, ``x``, ``bs``, ``z``, ``d``, ``bsum`` (float, m), ``order`` and ``bcnt``
+    (int, m)."""
+    m = s.shape[0]
+    den = kii + gamma / C
+    if den == 0.0:
+        # zero-norm example, gamma = 0: the block maximizes <x, c^{\y}> over C D, a linear
+        # program whose solution is the Frank-Wolfe vertex -C g (g a subgradient at s)
+        total = _weighted_margin_sum(s, y, rho, b, order)
+        for j in range(m):
+            out[j] = 0.0
+        if total > 0.0:
+            for r in range(m):
+                j = order[r]
+                if rho[r] == 0.0:
+                    break
+                if j != y:
+                    out[j] -= C * rho[r]
+                    out[y] += C * rho[r]
+        return
+    qy = s[y] - kii * a[y]
+    violated = False
+    p = 0
+    for j in range(m):
+        if j != y:
+            v = (s[j] - kii * a[j] - qy + 1.0) / den
+            b[p] = v
+            if v > 0.0:
+                violated = True
+            p += 1
+    if not violated:
+        # the domain lies in the nonnegative orthant and holds 0, where the objective's
+        # gradient -2b is >= 0: x = 0
+        for j in range(m):
+            out[j] = 0.0
+        return
+    wtopk_biased_projection(b[: m - 1], rho, C, x, order, bs, z, d, bsum, bcnt)
+    total = 0.0
+    bound = 0.0
+    for r in range(m):
+        bound += rho[r]
+    bound *= C
+    p = 0
+    for j in range(m):
+        if j != y:
+            v = x[p] if x[p] > 0.0 else 0.0
+            out[j] = -v
+            total += v
+            p += 1
+    if total > bound:
+        # rounding can leave <1, x> a few ulps above C sum rho, outside the domain
+        for j in range(m):
+            if j != y:
+                out[j] *= bound / total
+        total = bound
+    out[y] = total
+
+
+@njit(cache=True)
+def wtopk_loss(s, y, rho, gamma, b, x, order, bs, z, d, bsum, bcnt):
+    """``Phi(s; y)`` (eq. (8)) for gamma = 0, its Moreau envelope (eq. (25)) for gamma > 0;
+    ``rho`` zero-padded to length m, scratch as :func:`wtopk_block`."""
+    m = s.shape[0]
+    total = _weighted_margin_sum(s, y, rho, b, order)
+    if gamma == 0.0:
+        return total if total > 0.0 else 0.0
+    sy = s[y]
+    p = 0
+    for j in range(m):
+        if j != y:
+            z[p] = (1.0 + s[j] - sy) / gamma
+            p += 1
+    target = z[: m - 1].copy()
+    wtopk_biased_projection(target, rho, 1.0, x, order, bs, z, d, bsum, bcnt)
+    inner = 0.0
+    sq = 0.0
+    sm = 0.0
+    for p in range(m - 1):
+        v = x[p] if x[p] > 0.0 else 0.0
+        inner += v * target[p] * gamma
+        sq += v * v
+        sm += v
+    val = inner - 0.5 * gamma * (sq + sm * sm)
+    return val if val > 0.0 else 0.0
+
+
+@njit(cache=True)
+def wtopk_neg_conj(a, y, C, gamma):
+    """``-L*(v)`` at ``v = -a / C``: ``<1, x> - gamma/2 (||x||^2 + <1, x>^2)`` with ``x =
+    -a^{\\y} / C`` (the label's entry ``v_y = -<1, x>`` is penalized by Kato's smoothing)."""
+    total = 0.0
+    sq = 0.0
+    for j in range(a.shape[0]):
+        if j != y:
+            v = -a[j] / C
+            total += v
+            sq += v * v
+    return total - 0.5 * gamma * (sq + total * total)

@@ -244,13 +244,14 @@ def _apply_change(X, i, delta, cols, nz, W, m):
 
 
 @njit(cache=True)
-def sdca_epochs_dense(X, yptr, yidx, sqnorms, A, W, perms, loss, Cs, gamma, k, troots):
+def sdca_epochs_dense(X, yptr, yidx, sqnorms, A, W, perms, loss, Cs, gamma, k, rho, troots):
     """Run ``perms.shape[0]`` SDCA epochs in place on dense ``X`` (n x d), ``W`` (d x m).
 
     Labels in CSR form: example ``i`` has ``yidx[yptr[i]:yptr[i+1]]`` (one label per example
     for the multiclass losses, the label set for the multilabel ones).  ``Cs[i] = C w_i > 0``
     is example i's share of the loss (``w_i`` its sample weight, 1 without weights): its
-    block update is the unweighted one with C replaced by ``Cs[i]``.
+    block update is the unweighted one with C replaced by ``Cs[i]``.  ``rho``: the weighted
+    top-k hinge's rank weights, zero-padded to length m (empty for the other losses).
 
     ``troots`` (length n, NaN-initialized, kept by the caller across calls) holds per-example
     starting points for the softmax root finding.  Returns the number of block updates whose
@@ -281,7 +282,7 @@ def sdca_epochs_dense(X, yptr, yidx, sqnorms, A, W, perms, loss, Cs, gamma, k, t
     Wp = _aligned_zeros(W.shape[0], mp)
     Wp[:, :m] = W
     failures = _epochs_dense_padded(
-        X, yptr, yidx, sqnorms, A, Wp, m, perms, loss, Cs, gamma, k, troots
+        X, yptr, yidx, sqnorms, A, Wp, m, perms, loss, Cs, gamma, k, rho, troots
     )
     W[:, :] = Wp[:, :m]
     return failures
@@ -299,7 +300,7 @@ def _aligned_zeros(r, c):
 
 
 @njit(cache=True)
-def _epochs_dense_padded(X, yptr, yidx, sqnorms, A, W, m, perms, loss, Cs, gamma, k, troots):
+def _epochs_dense_padded(X, yptr, yidx, sqnorms, A, W, m, perms, loss, Cs, gamma, k, rho, troots):
     """:func:`sdca_epochs_dense` on ``W`` with ``W.shape[1] >= m`` columns, those past m
     zero (the scores and block changes of the passes have W's width, the updates see their
     first m entries)."""
@@ -335,7 +336,20 @@ def _epochs_dense_padded(X, yptr, yidx, sqnorms, A, W, m, perms, loss, Cs, gamma
                 if yptr[i] < yptr[i + 1]:  # a multilabel example can have no label
                     prefetch_at(yidx, yptr[i])
             if _update(
-                loss, yptr, yidx, a, s, A[a], sqnorms[a], Cs[a], gamma, k, new, scratch, troots
+                loss,
+                yptr,
+                yidx,
+                a,
+                s,
+                A[a],
+                sqnorms[a],
+                Cs[a],
+                gamma,
+                k,
+                rho,
+                new,
+                scratch,
+                troots,
             ):
                 failures += 1
             nz_a = _store_block(A, a, new, delta, cols)
@@ -355,6 +369,7 @@ def _epochs_dense_padded(X, yptr, yidx, sqnorms, A, W, m, perms, loss, Cs, gamma
                     Cs[b],
                     gamma,
                     k,
+                    rho,
                     new,
                     scratch,
                     troots,
@@ -378,7 +393,7 @@ def _epochs_dense_padded(X, yptr, yidx, sqnorms, A, W, m, perms, loss, Cs, gamma
 
 @njit(cache=True)
 def sdca_epochs_csr(
-    indptr, indices, data, yptr, yidx, sqnorms, A, W, perms, loss, Cs, gamma, k, troots
+    indptr, indices, data, yptr, yidx, sqnorms, A, W, perms, loss, Cs, gamma, k, rho, troots
 ):
     """As :func:`sdca_epochs_dense` for CSR features (``indptr``, ``indices``, ``data``)."""
     n_epochs = perms.shape[0]
@@ -397,7 +412,20 @@ def sdca_epochs_csr(
                 for j in range(m):
                     s[j] += xf * W[f, j]
             if _update(
-                loss, yptr, yidx, i, s, A[i], sqnorms[i], Cs[i], gamma, k, new, scratch, troots
+                loss,
+                yptr,
+                yidx,
+                i,
+                s,
+                A[i],
+                sqnorms[i],
+                Cs[i],
+                gamma,
+                k,
+                rho,
+                new,
+                scratch,
+                troots,
             ):
                 failures += 1
             nz = _store_block(A, i, new, s, cols)
@@ -417,7 +445,7 @@ def sdca_epochs_csr(
 
 
 @njit(cache=True)
-def sdca_epochs_gram(K, yptr, yidx, A, B, perms, loss, Cs, gamma, k, troots):
+def sdca_epochs_gram(K, yptr, yidx, A, B, perms, loss, Cs, gamma, k, rho, troots):
     """As :func:`sdca_epochs_dense` from a Gram matrix ``K`` (n x n): scores ``B^T K_i``.
 
     Kernel SDCA (DESIGN §5; TPAMI Props. 14-15 are stated with ``q = A K_i - K_ii a_i``): there
@@ -444,7 +472,7 @@ def sdca_epochs_gram(K, yptr, yidx, A, B, perms, loss, Cs, gamma, k, troots):
                     for j in range(m):
                         s[j] += kir * B[r, j]
             if _update(
-                loss, yptr, yidx, i, s, A[i], K[i, i], Cs[i], gamma, k, new, scratch, troots
+                loss, yptr, yidx, i, s, A[i], K[i, i], Cs[i], gamma, k, rho, new, scratch, troots
             ):
                 failures += 1
             _store_block(A, i, new, s, scratch[5])

@@ -143,6 +143,7 @@ class _Derivatives:
     def __init__(self, prob: SDCAProblem):
         self.loss_id = prob.loss_id
         self.k = prob.k
+        self.rho = prob.rho
         self.failures = 0  # inner root findings of the kernels' gradient that hit their limit
         yptr, yidx = self.y = prob.y
         n, m = prob.n, prob.m
@@ -169,7 +170,7 @@ class _Derivatives:
         ptr = yptr[a : b + 1] - yptr[a]
         out = np.empty_like(S)
         self.failures += _k.gradient_duals(
-            S, ptr, yidx[yptr[a] : yptr[b]], self.loss_id, 1.0, gamma, self.k, out
+            S, ptr, yidx[yptr[a] : yptr[b]], self.loss_id, 1.0, gamma, self.k, self.rho, out
         )
         return -out
 

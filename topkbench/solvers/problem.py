@@ -125,6 +125,7 @@ def row_sqnorms(X) -> np.ndarray:
 
 
 _NO_GAPS = np.empty(0)
+_NO_RHO = np.empty(0)  # the rank weights of the losses that have none
 
 
 def example_c(C: float, weights, n: int) -> np.ndarray:
@@ -136,7 +137,7 @@ def example_c(C: float, weights, n: int) -> np.ndarray:
 
 
 def evaluate_objective(X, y, A, W, loss_id: int, C: float, gamma: float, k: int, gaps=None,
-                       weights=None):  # fmt: skip
+                       weights=None, rho=None):  # fmt: skip
     """Return (P, D) in the P(W) scale of DESIGN §2 for dual ``A`` and primal ``W``;
     ``y`` as accepted by :func:`as_label_csr`, ``weights`` the sample weights (None: all 1).
     The scores ``X W`` are formed by row blocks when :func:`_blocked` (the kernel carries its
@@ -147,13 +148,14 @@ def evaluate_objective(X, y, A, W, loss_id: int, C: float, gamma: float, k: int,
     yptr, yidx = as_label_csr(y)
     g = _NO_GAPS if gaps is None else gaps
     Cs = example_c(C, weights, n)
+    rho = _NO_RHO if rho is None else rho
     if not W.any():
         # W = 0 (the start of every run): the scores are 0, no n x d x m product needed
         S = np.zeros((n, W.shape[1]))
-        lsum, csum = _k.objective_terms(S, yptr, yidx, A, loss_id, Cs, gamma, k, 0.0, 0.0, g)
+        lsum, csum = _k.objective_terms(S, yptr, yidx, A, loss_id, Cs, gamma, k, rho, 0.0, 0.0, g)
     elif not _blocked(X, W.shape[1]):
         S = np.ascontiguousarray(X @ W, dtype=np.float64)
-        lsum, csum = _k.objective_terms(S, yptr, yidx, A, loss_id, Cs, gamma, k, 0.0, 0.0, g)
+        lsum, csum = _k.objective_terms(S, yptr, yidx, A, loss_id, Cs, gamma, k, rho, 0.0, 0.0, g)
     else:
         lsum = csum = 0.0
         for a in range(0, n, ROW_BLOCK):
@@ -161,8 +163,8 @@ def evaluate_objective(X, y, A, W, loss_id: int, C: float, gamma: float, k: int,
             S = np.ascontiguousarray(_rows64(X, a, b) @ W, dtype=np.float64)
             ptr = yptr[a : b + 1] - yptr[a]
             lsum, csum = _k.objective_terms(
-                S, ptr, yidx[yptr[a] : yptr[b]], A[a:b], loss_id, Cs[a:b], gamma, k, lsum, csum,
-                g[a:b] if g.shape[0] else g,
+                S, ptr, yidx[yptr[a] : yptr[b]], A[a:b], loss_id, Cs[a:b], gamma, k, rho,
+                lsum, csum, g[a:b] if g.shape[0] else g,
             )  # fmt: skip
     half_sq = 0.5 * float(np.vdot(W, W))
     lam = 1.0 / (C * n)
@@ -170,17 +172,26 @@ def evaluate_objective(X, y, A, W, loss_id: int, C: float, gamma: float, k: int,
 
 
 def evaluate_objective_gram(K, y, A, loss_id: int, C: float, gamma: float, k: int, gaps=None,
-                            weights=None):  # fmt: skip
+                            weights=None, rho=None):  # fmt: skip
     """(P, D) in the P(W) scale from a Gram matrix: scores ``K A``, ``||W||^2 = <A, K A>``;
     ``gaps`` and ``weights`` as in :func:`evaluate_objective`."""
     n = A.shape[0]
     S = np.ascontiguousarray(K @ A, dtype=np.float64)
     g = _NO_GAPS if gaps is None else gaps
     Cs = example_c(C, weights, n)
-    lsum, csum = _k.objective_terms(S, *as_label_csr(y), A, loss_id, Cs, gamma, k, 0.0, 0.0, g)
+    rho = _NO_RHO if rho is None else rho
+    lsum, csum = _k.objective_terms(S, *as_label_csr(y), A, loss_id, Cs, gamma, k, rho, 0.0, 0.0, g)
     half_sq = 0.5 * float(np.vdot(A, S))
     lam = 1.0 / (C * n)
     return lam * (half_sq + lsum), lam * (csum - half_sq)
+
+
+def _padded(rho, m: int) -> np.ndarray:
+    """Rank weights as the kernels take them: float64, zero-padded to length m."""
+    out = np.zeros(m)
+    rho = np.asarray(rho, dtype=np.float64).ravel()
+    out[: rho.shape[0]] = rho
+    return out
 
 
 class SDCAProblem:
@@ -198,7 +209,7 @@ class SDCAProblem:
     """
 
     def __init__(self, X, y, *, gram: bool, n_classes: int, loss_id: int, k: int,
-                 weights=None):  # fmt: skip
+                 weights=None, rho=None):  # fmt: skip
         if gram:
             self.kind, self.X = "gram", np.ascontiguousarray(X, dtype=np.float64)
             self.sqnorms = np.ascontiguousarray(np.diag(self.X))
@@ -213,6 +224,8 @@ class SDCAProblem:
         self.y = as_label_csr(y)
         self.loss_id = loss_id
         self.k = k
+        # the weighted top-k hinge's rank weights, zero-padded to length m
+        self.rho = _NO_RHO if rho is None else _padded(rho, self.m)
         self.weights = None if weights is None else np.ascontiguousarray(weights, np.float64)
         curvature = self.sqnorms if weights is None else self.weights * self.sqnorms
         self.r2 = float(curvature.max()) if self.n else 0.0
@@ -237,25 +250,26 @@ class SDCAProblem:
         Cs = self.example_c(C)
         if self.kind == "gram":
             return _e.sdca_epochs_gram(
-                self.X, yptr, yidx, A, rep, perms, self.loss_id, Cs, gamma, self.k, troots
-            )
+                self.X, yptr, yidx, A, rep, perms, self.loss_id, Cs, gamma, self.k, self.rho,
+                troots,
+            )  # fmt: skip
         if self.kind == "dense":
             return _e.sdca_epochs_dense(
                 self.X, yptr, yidx, self.sqnorms, A, rep, perms, self.loss_id, Cs, gamma,
-                self.k, troots,
+                self.k, self.rho, troots,
             )  # fmt: skip
         return _e.sdca_epochs_csr(
             self.indptr, self.indices, self.X.data, yptr, yidx, self.sqnorms, A, rep, perms,
-            self.loss_id, Cs, gamma, self.k, troots,
+            self.loss_id, Cs, gamma, self.k, self.rho, troots,
         )  # fmt: skip
 
     def objective(self, A, rep, C: float, gamma: float, gaps=None) -> tuple[float, float]:
         """(P, D) for the dual ``A`` and its own primal point ``rep = rep_of(A)``."""
         if self.kind == "gram":
             return evaluate_objective_gram(self.X, self.y, A, self.loss_id, C, gamma, self.k, gaps,
-                                           self.weights)  # fmt: skip
+                                           self.weights, self.rho)  # fmt: skip
         return evaluate_objective(self.X, self.y, A, rep, self.loss_id, C, gamma, self.k, gaps,
-                                  self.weights)  # fmt: skip
+                                  self.weights, self.rho)  # fmt: skip
 
     def scores(self, rep) -> np.ndarray:
         """The n x m training scores of the primal point ``rep``."""
@@ -281,7 +295,17 @@ class SDCAProblem:
         ``A`` given ``||rep(A)||^2 = sq_norm`` (pass the pair's own values for a certificate;
         the loss sum only depends on ``S``, the conjugate sum only on ``A / C``)."""
         lsum, csum = _k.objective_terms(
-            S, *self.y, A, self.loss_id, self.example_c(C), gamma, self.k, 0.0, 0.0, _NO_GAPS
+            S,
+            *self.y,
+            A,
+            self.loss_id,
+            self.example_c(C),
+            gamma,
+            self.k,
+            self.rho,
+            0.0,
+            0.0,
+            _NO_GAPS,
         )
         lam = 1.0 / (C * self.n)
         return lam * (0.5 * sq_norm + lsum), lam * (csum - 0.5 * sq_norm)

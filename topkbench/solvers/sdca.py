@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from topkbench.errors import ConvergenceWarning, SolverError
+from topkbench.losses import ids
 from topkbench.solvers.accelerated import condition_number, solve_accelerated
 from topkbench.solvers.newton import newton_applicable, solve_newton
 from topkbench.solvers.problem import (
@@ -113,6 +114,7 @@ def solve_sdca(
     shrink: bool = True,
     accelerate: str = "never",
     sample_weight: np.ndarray | None = None,
+    rho: np.ndarray | None = None,
 ) -> SDCAResult:
     """Minimize P(W) by SDCA; inputs are assumed validated (see :func:`topkbench.fit`).
 
@@ -120,7 +122,8 @@ def solve_sdca(
     ``P(W) = lambda/2 ||W||^2 + 1/n sum_i w_i L(y_i, W^T x_i)``: example i's dual block lives
     in its conjugate's domain scaled by ``C w_i``, and its update is the unweighted one with
     ``C w_i`` for C (:class:`~topkbench.solvers.problem.SDCAProblem`), so every phase, the
-    certificate and the shrinking rule carry over unchanged.
+    certificate and the shrinking rule carry over unchanged.  ``rho``: the rank weights of
+    the weighted top-k hinge (``loss_id = LOSS_WTOPK_SVM``; non-increasing, non-negative).
 
     With ``gram=True``, ``X`` is a symmetric PSD Gram matrix (n x n) and the problem is the
     kernel one (scores ``K A``; no W is formed; ``result.W`` is None).
@@ -168,8 +171,10 @@ def solve_sdca(
             or not (np.all(np.isfinite(sample_weight)))
         ):
             raise SolverError("sample_weight must hold one finite positive weight per example")
+    if (rho is not None) != (loss_id == ids.LOSS_WTOPK_SVM):
+        raise SolverError("rank weights rho go with the weighted top-k hinge, and only with it")
     prob = SDCAProblem(X, y, gram=gram, n_classes=n_classes, loss_id=loss_id, k=k,
-                       weights=sample_weight)  # fmt: skip
+                       weights=sample_weight, rho=rho)  # fmt: skip
     n, m = prob.n, prob.m
     # the one check kept here: the kernels index the scores by k without bounds checks, so an
     # unvalidated k >= m would read past them (intermittent NaNs, not an error)

@@ -114,9 +114,8 @@ def _render_datasets_tex(exp, table, ds_titles, draws) -> str:
 
 
 def build_datasets_report(exp, records, selected, published) -> TableReport:
-    from topkbench.losses.registry import get_method
 
-    fw_rows = [r.row for r in exp.rows if get_method(r.method).solver == "frank_wolfe"]
+    fw_rows = [r.row for r in exp.rows if r.fw]
     fw_note = f" (Frank-Wolfe for {', '.join(fw_rows)})" if fw_rows else ""
     grids = [r.row for r in exp.rows if r.k_values or r.gamma_values]
 
