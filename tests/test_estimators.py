@@ -18,7 +18,6 @@ import topkbench
 from topkbench.data.synthetic import make_gaussian, make_multilabel
 from topkbench.errors import ConfigError
 from topkbench.estimators import MultilabelClassifier, TopKClassifier, top_k_scorer
-from topkbench.losses.registry import get_method
 from topkbench.metrics.multilabel import delta_grid
 
 # Checks that cannot apply, with the reason.
@@ -36,17 +35,6 @@ _NO_INTERCEPT = (
     "with bias=0 (the papers' model, DESIGN §2) scores pass through the origin, so on centred "
     "data no class can win on more than about half of the points; checked with bias=1"
 )
-_NO_WEIGHTS = (
-    "wtopk_svm's Frank-Wolfe solver has no weighted form: fit refuses weights other than all 1"
-)
-_FW_WEIGHT_CHECKS = (
-    "check_sample_weights_list",
-    "check_sample_weights_not_overwritten",
-    "check_sample_weight_equivalence_on_dense_data",
-    "check_sample_weight_equivalence_on_sparse_data",
-    "check_classifiers_one_label_sample_weights",
-    "check_class_weight_classifiers",
-)
 _WEIGHT_CHECKS = {
     "check_sample_weight_equivalence_on_dense_data": _CERTIFIED_NOT_EXACT,
     "check_sample_weight_equivalence_on_sparse_data": _CERTIFIED_NOT_EXACT,
@@ -62,9 +50,6 @@ def _expected_failures(estimator) -> dict[str, str]:
             "check_estimator_sparse_array": _ML_PREDICT_SHAPE,
             "check_estimator_sparse_matrix": _ML_PREDICT_SHAPE,
         }
-    solver = get_method(estimator.method).solver
-    if solver == "frank_wolfe":
-        return {name: _NO_WEIGHTS for name in _FW_WEIGHT_CHECKS}
     out = dict(_WEIGHT_CHECKS)
     if not estimator.bias:
         out["check_class_weight_classifiers"] = _NO_INTERCEPT
