@@ -14,6 +14,7 @@ from topkbench.bench.projections import PROJECTION_METHODS, ProjectionBenchRow, 
 from topkbench.cli import app
 from topkbench.losses.topk_entropy import prox
 from topkbench.prox import topk
+from topkbench.prox.permutahedron import wtopk_biased_projection
 
 
 def test_batched_rows_match_single_projections():
@@ -30,6 +31,13 @@ def test_batched_rows_match_single_projections():
                 ref = np.maximum(b - css[rho] / (rho + 1), 0.0)
             elif code == 4:
                 ref = prox(b, 1.0, k)
+            elif code == 5:  # the weighted top-k set: its own reference in tests/prox
+                rho = np.exp(-np.arange(1, k + 1) / k)
+                rho = np.r_[rho / rho.sum(), np.zeros(16 - k)]
+                ref = np.empty(15)
+                scratch = (np.empty(16, np.int64), *(np.empty(16) for _ in range(4)),
+                           np.empty(16, np.int64))  # fmt: skip
+                wtopk_biased_projection(b.copy(), rho, 1.0, ref, *scratch)
             else:
                 kind = {1: topk.SET_ALPHA, 2: topk.SET_BETA, 3: topk.SET_DK}[code]
                 ref = topk.project(kind, b, k, 0.0, 1.0)

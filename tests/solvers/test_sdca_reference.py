@@ -323,7 +323,7 @@ def test_bad_weights_are_refused():
     with pytest.raises(ConfigError, match="not a training class"):
         topkbench.fit(X, y, "svm_multi", class_weight={7: 2.0})
     with pytest.raises(ConfigError, match="Frank-Wolfe solver has no weighted form"):
-        topkbench.fit(X, y, "wtopk_svm", k=1, sample_weight=np.ones(10) * 2)
+        topkbench.fit(X, y, "wtopk_svm", k=1, fw="away", sample_weight=np.ones(10) * 2)
 
 
 @settings(max_examples=60, derandomize=True)

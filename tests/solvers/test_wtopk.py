@@ -343,3 +343,16 @@ def test_sdca_kernel_mode_weights_and_warm_starts():
     assert weighted.status == "converged"
     with pytest.raises(ConfigError, match="not available with fw=pairwise"):
         topkbench.fit(X, y, "wtopk_svm", k=2, fw="pairwise", sample_weight=w)
+
+
+@pytest.mark.parametrize("accelerate", ["newton", "catalyst"])
+def test_sdca_phases_certify_the_same_optimum(accelerate):
+    """The Newton (difference Hessians of the projection's gradient) and Catalyst phases."""
+    X, y = problem(10, n=30, m=5)
+    X = 20.0 * X  # ill-conditioned: C max ||x||^2 large
+    plain = topkbench.fit(X, y, "wtopk_svm", C=1.0, k=2, weights="linear", eps=1e-9,
+                          max_epochs=500_000, accelerate="never")  # fmt: skip
+    fast = topkbench.fit(X, y, "wtopk_svm", C=1.0, k=2, weights="linear", eps=1e-9,
+                         max_epochs=500_000, accelerate=accelerate)  # fmt: skip
+    assert fast.status == "converged"
+    assert fast.primal == pytest.approx(plain.primal, rel=1e-7)

@@ -25,7 +25,7 @@ class KatoTracePoint:
     gap: float  # primal_printed - dual, absolute, P(W) scale
 
 
-def _sdca_study(X, y, m, loss_id, label, k, C, iters, seed) -> list[KatoTracePoint]:
+def _sdca_study(X, y, m, loss_id, label, k, C, iters, seed, rho=None) -> list[KatoTracePoint]:
     """Plain SDCA epochs (no shrinking), the gap measured with the printed alpha primal after
     each; the time is the epoch kernel's alone (``on_batch``), the gap is computed in
     ``on_eval``, outside it."""
@@ -47,7 +47,7 @@ def _sdca_study(X, y, m, loss_id, label, k, C, iters, seed) -> list[KatoTracePoi
 
     solve_sdca(X, y, n_classes=m, loss_id=loss_id, C=C, k=k, eps=1e-300, max_epochs=iters,
                eval_every=1, seed=seed, shrink=False, warn=False, on_eval=on_eval,
-               on_batch=on_batch)  # fmt: skip
+               on_batch=on_batch, rho=rho)  # fmt: skip
     return out
 
 
@@ -56,9 +56,11 @@ def kato_fig2(
 ) -> list[KatoTracePoint]:
     """Kato Fig. 2: duality gap (with the printed top-k hinge primal) against CPU time for
     (a) the pseudo-alpha SDCA of the authors' code, (b) our printed-alpha SDCA (domain D_k,
-    DESIGN §4.1), (c) Frank-Wolfe standard / away / pairwise with flat weights (which is the
-    printed loss), at ``k`` and ``C = 1/(lambda n)`` (Kato: lambda = 1/n, i.e. C = 1).
-    ``iters`` epochs for SDCA and iterations for Frank-Wolfe."""
+    DESIGN §4.1), (c) our SDCA of the weighted top-k hinge with flat weights (the same loss,
+    through the permutahedron projection of :mod:`topkbench.prox.permutahedron`), (d)
+    Frank-Wolfe standard / away / pairwise with flat weights, at ``k`` and ``C = 1/(lambda
+    n)`` (Kato: lambda = 1/n, i.e. C = 1).  ``iters`` epochs for SDCA and iterations for
+    Frank-Wolfe."""
     from topkbench.losses.registry import get_method as gm
     from topkbench.model import fit
     from topkbench.validation import check_k, check_positive
@@ -72,6 +74,7 @@ def kato_fig2(
     Xs, ys = make_gaussian_problem(12, 3, 4, seed)
     for name in ("topk_svm_alpha_pseudo", "topk_svm_alpha"):
         _sdca_study(Xs, ys, 4, gm(name).loss_id, name, 2, C, 1, seed)
+    _sdca_study(Xs, ys, 4, gm("wtopk_svm").loss_id, "wtopk", 2, C, 1, seed, np.full(2, 0.5))
     for v in ("standard", "away", "pairwise"):
         fit(Xs, ys, "wtopk_svm", k=2, C=C, fw=v, max_epochs=2, warn=False)
     out = []
@@ -79,6 +82,8 @@ def kato_fig2(
                        k, C, iters, seed)  # fmt: skip
     out += _sdca_study(X, y, m, gm("topk_svm_alpha").loss_id, "SDCA printed alpha (ours)",
                        k, C, iters, seed)  # fmt: skip
+    out += _sdca_study(X, y, m, gm("wtopk_svm").loss_id, "SDCA weighted, flat (ours)", k, C,
+                       iters, seed, np.full(k, 1.0 / k))  # fmt: skip
     for v in ("standard", "away", "pairwise"):
         t0 = time.process_time()
         model = fit(X, y, "wtopk_svm", k=k, C=C, fw=v, eps=1e-12, max_epochs=iters, warn=False)
@@ -129,27 +134,34 @@ KATO_FIG3_GAMMAS = (0.0, 1e-3, 1e-2, 1e-1)
 
 
 FW_PANELS = {"standard": "(a) Std FW", "away": "(b) AFW", "pairwise": "(c) PFW"}
+SDCA_PANEL = "SDCA (ours)"
 
 
 def fw_study(
     X, y, runs: list[tuple[str, str, str, float, str]], *, k: int, C: float, iters: int
 ) -> list[FWStudyPoint]:
-    """Frank-Wolfe traces for ``runs`` = (panel, label, variant, gamma, weights) on one problem:
-    each run goes ``iters`` iterations (no early stop) and every iterate's certificate is
-    kept.  Compiles on a tiny problem first so the first run's times exclude JIT."""
+    """Frank-Wolfe traces for ``runs`` = (panel, label, variant, gamma, weights) on one problem,
+    and SDCA's (variant ``"sdca"``: plain SDCA with the permutahedron projection, one
+    certificate per epoch): each run goes ``iters`` iterations or epochs (no early stop) and
+    every certificate is kept.  Compiles on a tiny problem first so the first run's times
+    exclude JIT."""
     from topkbench.model import fit
 
     X = np.ascontiguousarray(X, dtype=np.float64)
     y = np.ascontiguousarray(y, dtype=np.int64)
     Xs, ys = make_gaussian_problem(12, 3, 4, 0)
+
+    def run(X, y, variant, **kw):
+        if variant == "sdca":
+            return fit(X, y, "wtopk_svm", eval_every=1, accelerate="never", warn=False, **kw)
+        return fit(X, y, "wtopk_svm", fw=variant, warn=False, **kw)
+
     for v in dict.fromkeys(r[2] for r in runs):
-        fit(Xs, ys, "wtopk_svm", k=2, C=C, fw=v, gamma=0.1, max_epochs=3, warn=False)
+        run(Xs, ys, v, k=2, C=C, gamma=0.1, max_epochs=3)
     out = []
     for panel, label, variant, gamma, weights in runs:
-        model = fit(
-            X, y, "wtopk_svm", k=k, C=C, gamma=gamma, weights=weights, fw=variant, eps=1e-300,
-            max_epochs=iters, warn=False,
-        )  # fmt: skip
+        model = run(X, y, variant, k=k, C=C, gamma=gamma, weights=weights, eps=1e-300,
+                    max_epochs=iters)  # fmt: skip
         for tp in model.trace:
             out.append(
                 FWStudyPoint(
@@ -171,17 +183,20 @@ def fw_study(
 
 def kato_fig3(X, y, *, k=3, C=1.0, iters=300, gammas=KATO_FIG3_GAMMAS) -> list[FWStudyPoint]:
     """Kato Fig. 3 (§7.2): the smoothed unweighted top-k hinge (eq. (25), flat weights) for
-    each smoothing gamma, by Std FW, AFW and PFW (panels (a)-(c)); gap vs iterations."""
+    each smoothing gamma, by Std FW, AFW and PFW (panels (a)-(c)) and by our SDCA (panel
+    (d)); gap vs iterations (epochs for SDCA)."""
     runs = [
         (FW_PANELS[v], f"gamma = {g:g}", v, float(g), "flat") for v in FW_PANELS for g in gammas
     ]
+    runs += [(f"(d) {SDCA_PANEL}", f"gamma = {g:g}", "sdca", float(g), "flat") for g in gammas]
     return fw_study(X, y, runs, k=k, C=C, iters=iters)
 
 
 def kato_fig4(X, y, *, k=3, C=1.0, iters=300, variant="standard") -> list[FWStudyPoint]:
     """Kato Fig. 4 (§7.3): flat, linear and exp weights (non-smooth), one Frank-Wolfe
-    variant; gap vs iterations."""
+    variant and our SDCA beside it; gap vs iterations (epochs for SDCA)."""
     runs = [(FW_PANELS[variant], w, variant, 0.0, w) for w in ("flat", "linear", "exp")]
+    runs += [(f"(b) {SDCA_PANEL}", w, "sdca", 0.0, w) for w in ("flat", "linear", "exp")]
     return fw_study(X, y, runs, k=k, C=C, iters=iters)
 
 

@@ -4,7 +4,9 @@ projects every row of a batch, so the timing holds no Python call overhead per p
 Sets (``PROJ_*``), all with radius r (DESIGN §4; ``topkbench.prox.topk``):
 the simplex ``{x >= 0, <1,x> = r}`` by Kiwiel's variable fixing (``projections``, the paper's
 "Delta"), the top-k simplex Delta_k^alpha(r), Delta_k^beta(r), D_k(r) (sort + sweep), and the
-top-k entropic prox of TPAMI Prop. 15 (``topk_entropy``, at ``alpha = r``).  Each problem
+top-k entropic prox of TPAMI Prop. 15 (``topk_entropy``, at ``alpha = r``), and the weighted
+top-k hinge's biased projection (``permutahedron``; exp rank weights on the first k of
+m = d + 1 classes, the SDCA update of ``wtopk_svm``).  Each problem
 computes its thresholds and applies them (writes x), as an SDCA update does.
 
 numba's disk cache sees edits in this file only: ``make clean-cache`` after editing a kernel
@@ -19,6 +21,7 @@ import numpy as np
 from numba import njit
 
 from topkbench.losses.topk_entropy import topk_ent_prox
+from topkbench.prox.permutahedron import wtopk_biased_projection
 from topkbench.prox.projections import apply_threshold, simplex_threshold
 from topkbench.prox.topk import (
     SET_ALPHA,
@@ -33,6 +36,7 @@ PROJ_ALPHA = 1
 PROJ_BETA = 2
 PROJ_DK = 3
 PROJ_TOPK_ENT = 4
+PROJ_WTOPK = 5
 
 
 @njit(cache=True)
@@ -47,6 +51,13 @@ def project_rows(kind, data, k, r, out):
     ex = np.empty(d)
     tmp = np.empty(d)
     pos = np.empty(d)
+    rho = np.zeros(d + 1)  # exp rank weights (Kato §7.3) for the weighted top-k set
+    for j in range(min(k, d + 1)):
+        rho[j] = math.exp(-(j + 1) / k)
+    rho /= rho.sum()
+    order = np.empty(d + 1, dtype=np.int64)
+    cnt = np.empty(d + 1, dtype=np.int64)
+    f1, f2, f3, f4 = np.empty(d + 1), np.empty(d + 1), np.empty(d + 1), np.empty(d + 1)
     total = 0.0
     for i in range(n):
         b = data[i]
@@ -54,6 +65,10 @@ def project_rows(kind, data, k, r, out):
         if kind == PROJ_SIMPLEX:
             t = simplex_threshold(b, r, idx)
             total += apply_threshold(b, t, x)
+        elif kind == PROJ_WTOPK:
+            wtopk_biased_projection(b, rho, r, x, order, f1, f2, f3, f4, cnt)
+            for j in range(d):
+                total += x[j]
         elif kind == PROJ_TOPK_ENT:
             topk_ent_prox(b, r, k, x, vals, work, idx, ex, tmp, pos, math.nan)
             for j in range(d):

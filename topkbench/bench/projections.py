@@ -30,6 +30,7 @@ PROJECTION_METHODS = {
     "beta k=5": (2, 5),
     "D_k k=5": (3, 5),
     "topk_ent k=5": (4, 5),
+    "weighted k=5 (exp)": (5, 5),
 }
 
 
