@@ -25,8 +25,9 @@ from topkbench.cli.app import (
     help=(
         "TPAMI Fig. 3a: seconds per 1,000 projections of N(0,1) vectors onto the simplex "
         "(Kiwiel's variable fixing), the top-k simplex Delta_k^alpha (k = 1, 5, 10), "
-        "Delta_k^beta, D_k (printed alpha) and the top-k entropic prox, d = 10 ... 10^6; the "
-        "fitted scaling exponent over 10^3 <= d <= 10^6 (1 = linear); CSV + PNG."
+        "Delta_k^beta, D_k (printed alpha), the top-k entropic prox and the weighted top-k "
+        "hinge's permutahedron projection (exp weights, k = 5), d = 10 ... 10^6; the fitted "
+        "scaling exponent over 10^3 <= d <= 10^6 (1 = linear); CSV + PNG."
     ),
 )
 @handle_errors
