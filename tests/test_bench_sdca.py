@@ -121,6 +121,7 @@ def test_bad_parameters_are_refused(kwargs, message):
         (("lr_multi", 1.0, 1), "lr_multi has no smoothing parameter"),
         (("topk_svm_alpha", -1.0, 2), r"gamma must be in \[0, inf\)"),
         (("topk_ent_tr", 0.0, 2), "topk_ent_tr is not an SDCA method"),
+        (("wtopk_svm", 0.0, 2), "wtopk_svm takes rank weights, which this benchmark"),
     ],
 )
 def test_bad_methods_are_refused_before_any_kernel_runs(method, message):

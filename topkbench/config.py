@@ -389,6 +389,10 @@ def _check_rows(name: str, rows, blocks, metrics) -> None:
             )
         if r.solver:
             check_solver(spec, r.solver)
+        if r.fw:
+            if "fw" not in spec.params:
+                raise ConfigError(f"row {r.row!r}: fw applies to wtopk_svm, not {spec.name}")
+            check_choice(f"row {r.row!r}: fw", r.fw, ("standard", "away", "pairwise"))
         if r.gamma_values and "gamma" not in spec.params:
             raise ConfigError(f"row {r.row!r}: {spec.name} takes no gamma, so no gamma list")
         if any(g < 0 for g in r.gamma_values):

@@ -356,3 +356,39 @@ def test_sdca_phases_certify_the_same_optimum(accelerate):
                          max_epochs=500_000, accelerate=accelerate)  # fmt: skip
     assert fast.status == "converged"
     assert fast.primal == pytest.approx(plain.primal, rel=1e-7)
+
+
+def test_sdca_rows_of_tiny_norm_converge():
+    """b ~ margin / ||x_i||^2 is huge for a row of tiny norm: the projection keeps the entries
+    theta C rho_i exactly instead of losing them to rounding in (b - v)."""
+    X, y = problem(11, n=40, m=5)
+    X[0] *= 1e-8
+    model = topkbench.fit(X, y, "wtopk_svm", C=1.0, k=2, weights="linear", eps=1e-9,
+                          max_epochs=20_000, accelerate="never")  # fmt: skip
+    assert model.status == "converged"
+    ref = cvx_primal(X, y, 1.0, weight_vector("linear", 2, 5))
+    assert model.primal == pytest.approx(ref, rel=1e-6)
+
+
+def test_sdca_integer_weights_are_repetitions():
+    X, y = problem(12, n=16, m=4)
+    w = np.random.default_rng(2).integers(1, 4, size=16)
+    rep = np.repeat(np.arange(16), w)
+    a = topkbench.fit(X, y, "wtopk_svm", C=1.0, k=2, weights="exp", gamma=0.1, eps=1e-11,
+                      max_epochs=200_000, sample_weight=w)  # fmt: skip
+    b = topkbench.fit(X[rep], y[rep], "wtopk_svm", C=1.0, k=2, weights="exp", gamma=0.1,
+                      eps=1e-11, max_epochs=200_000)  # fmt: skip
+    assert a.primal * 16 == pytest.approx(b.primal * rep.size, rel=1e-9)
+
+
+def test_solve_sdca_checks_its_rank_weights():
+    from topkbench.errors import SolverError
+    from topkbench.losses import ids
+    from topkbench.solvers.sdca import solve_sdca
+
+    X, y = problem(13, n=10, m=4)
+    with pytest.raises(SolverError, match="non-increasing"):
+        solve_sdca(X, y, n_classes=4, loss_id=ids.LOSS_WTOPK_SVM, C=1.0, k=2,
+                   rho=np.array([0.2, 0.5]))  # fmt: skip
+    with pytest.raises(SolverError, match="only with it"):
+        solve_sdca(X, y, n_classes=4, loss_id=ids.LOSS_SVM_MULTI, C=1.0, rho=np.ones(1))

@@ -80,6 +80,11 @@ def check_sdca_methods(methods, m: int, where: str) -> None:
         spec = get_method(name)
         if spec.solver != "sdca":
             raise ConfigError(f"{where}: {name} is not an SDCA method")
+        if "weights" in spec.params:
+            raise ConfigError(
+                f"{where}: {name} takes rank weights, which this benchmark does not set; "
+                "topkbench bench kato-fig2 | kato-fig4 time it"
+            )
         try:
             check_method_params(spec, gamma, k, m)
         except ConfigError as exc:

@@ -51,13 +51,15 @@ def project_rows(kind, data, k, r, out):
     ex = np.empty(d)
     tmp = np.empty(d)
     pos = np.empty(d)
-    rho = np.zeros(d + 1)  # exp rank weights (Kato §7.3) for the weighted top-k set
-    for j in range(min(k, d + 1)):
+    # the weighted top-k set's exp rank weights (Kato §7.3) and scratch, only where used
+    dw = d + 1 if kind == PROJ_WTOPK else 1
+    rho = np.zeros(dw)
+    for j in range(min(k, dw)):
         rho[j] = math.exp(-(j + 1) / k)
     rho /= rho.sum()
-    order = np.empty(d + 1, dtype=np.int64)
-    cnt = np.empty(d + 1, dtype=np.int64)
-    f1, f2, f3, f4 = np.empty(d + 1), np.empty(d + 1), np.empty(d + 1), np.empty(d + 1)
+    order = np.empty(dw, dtype=np.int64)
+    cnt = np.empty(dw, dtype=np.int64)
+    f1, f2, f3, f4 = np.empty(dw), np.empty(dw), np.empty(dw), np.empty(dw)
     total = 0.0
     for i in range(n):
         b = data[i]

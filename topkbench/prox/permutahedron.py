@@ -62,7 +62,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-# safeguarded-Newton steps of the theta search: each halves the bracket at worst
+# a bound on the steps of the theta search (a bisection step halves the bracket; a Newton step
+# lands on a piece's root, each piece's at most once); seen: at most 23
 MAX_THETA_STEPS = 200
 
 
@@ -98,7 +99,7 @@ def project_permutahedron_sorted(zs, w, out, d, bsum, bcnt):
     for q in range(nb):
         v = bsum[q] / bcnt[q]
         for _ in range(bcnt[q]):
-            out[i] = zs[i] - v
+            out[i] = w[i] + (d[i] - v)  # = zs - v, exact for a pool of one
             i += 1
 
 
@@ -195,14 +196,20 @@ def wtopk_biased_projection(b, rho, C, x, order, bs, z, d, bsum, bcnt):
                 nxt = root
         theta = nxt
         pos, nb, hs, A0, A1, mag = _theta_piece(bs, rho, C, R, theta, z, d, bsum, bcnt)
-    # the projection at theta: p = z - v in sorted order; the label's entry is not returned
+    # the projection at theta, p = z - v in sorted order, written as theta C rho_i + (d_i - v):
+    # exact for a pool of one (z - v would lose theta C rho_i to rounding when |b| >> C rho,
+    # i.e. for rows of tiny norm), and clipped to [0, theta C rho_1], where every entry of
+    # P(theta C rho) lies; the label's entry is not returned
+    top = theta * C * rho[0]
     i = 0
     for q in range(nb):
         v = bsum[q] / bcnt[q]
         for _ in range(bcnt[q]):
+            p = theta * C * rho[i] + (d[i] - v)
+            p = 0.0 if p < 0.0 else (top if p > top else p)
             if i < pos:
-                x[srt[i]] = z[i] - v
+                x[srt[i]] = p
             elif i > pos:
-                x[srt[i - 1]] = z[i] - v
+                x[srt[i - 1]] = p
             i += 1
     return theta

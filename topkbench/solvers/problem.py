@@ -17,6 +17,7 @@ import scipy.sparse as sp
 
 from topkbench.errors import SolverError
 from topkbench.losses import dispatch as _k
+from topkbench.losses import ids as _ids
 from topkbench.solvers import epochs as _e
 
 
@@ -148,7 +149,7 @@ def evaluate_objective(X, y, A, W, loss_id: int, C: float, gamma: float, k: int,
     yptr, yidx = as_label_csr(y)
     g = _NO_GAPS if gaps is None else gaps
     Cs = example_c(C, weights, n)
-    rho = _NO_RHO if rho is None else rho
+    rho = _rank_weights(loss_id, rho, W.shape[1])
     if not W.any():
         # W = 0 (the start of every run): the scores are 0, no n x d x m product needed
         S = np.zeros((n, W.shape[1]))
@@ -179,11 +180,20 @@ def evaluate_objective_gram(K, y, A, loss_id: int, C: float, gamma: float, k: in
     S = np.ascontiguousarray(K @ A, dtype=np.float64)
     g = _NO_GAPS if gaps is None else gaps
     Cs = example_c(C, weights, n)
-    rho = _NO_RHO if rho is None else rho
+    rho = _rank_weights(loss_id, rho, A.shape[1])
     lsum, csum = _k.objective_terms(S, *as_label_csr(y), A, loss_id, Cs, gamma, k, rho, 0.0, 0.0, g)
     half_sq = 0.5 * float(np.vdot(A, S))
     lam = 1.0 / (C * n)
     return lam * (half_sq + lsum), lam * (csum - half_sq)
+
+
+def _rank_weights(loss_id: int, rho, m: int) -> np.ndarray:
+    """The ``rho`` argument of the kernels: zero-padded rank weights for the weighted top-k
+    hinge (required: its kernels would read past a short array), empty for the others."""
+    given = rho is not None and np.size(rho) > 0
+    if given != (loss_id == _ids.LOSS_WTOPK_SVM):
+        raise ValueError("rank weights go with the weighted top-k hinge, and only with it")
+    return _padded(rho, m) if given else _NO_RHO
 
 
 def _padded(rho, m: int) -> np.ndarray:
@@ -224,8 +234,7 @@ class SDCAProblem:
         self.y = as_label_csr(y)
         self.loss_id = loss_id
         self.k = k
-        # the weighted top-k hinge's rank weights, zero-padded to length m
-        self.rho = _NO_RHO if rho is None else _padded(rho, self.m)
+        self.rho = _rank_weights(loss_id, rho, self.m)
         self.weights = None if weights is None else np.ascontiguousarray(weights, np.float64)
         curvature = self.sqnorms if weights is None else self.weights * self.sqnorms
         self.r2 = float(curvature.max()) if self.n else 0.0

@@ -173,6 +173,13 @@ def solve_sdca(
             raise SolverError("sample_weight must hold one finite positive weight per example")
     if (rho is not None) != (loss_id == ids.LOSS_WTOPK_SVM):
         raise SolverError("rank weights rho go with the weighted top-k hinge, and only with it")
+    if rho is not None:
+        rho = np.asarray(rho, dtype=np.float64).ravel()
+        if not (0 < rho.size <= n_classes and np.all(np.isfinite(rho)) and np.all(rho >= 0.0)
+                and np.all(np.diff(rho) <= 0.0) and rho.sum() > 0.0):  # fmt: skip
+            raise SolverError(
+                f"rho must be 1..{n_classes} non-negative, non-increasing rank weights, not all 0"
+            )
     prob = SDCAProblem(X, y, gram=gram, n_classes=n_classes, loss_id=loss_id, k=k,
                        weights=sample_weight, rho=rho)  # fmt: skip
     n, m = prob.n, prob.m
