@@ -4,12 +4,17 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 N_JOBS ?= 2
 
-.PHONY: install test test-full test-boundscheck lint reproduce-table3 reproduce-table5 smoke-table5 reproduce-table7 smoke-table7 reproduce-table10 reproduce-table11 reproduce-table12 smoke-table11 bench bench-table5 bench-bipartite bench-projections bench-kato bench-peers bench-scale clean-cache check-install
+.PHONY: install install-browser test test-full test-boundscheck lint reproduce-table3 reproduce-table5 smoke-table5 reproduce-table7 smoke-table7 reproduce-table10 reproduce-table11 reproduce-table12 smoke-table11 bench bench-table5 bench-bipartite bench-projections bench-kato bench-peers bench-scale clean-cache check-install
 
 install:
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
 	$(BIN)/python -m pip install -e ".[test]"
+
+# Debian's Chromium for the HTML report's browser test (tests/test_html_report.py)
+install-browser:
+	command -v chromium >/dev/null || (apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
 
 test:
 	$(BIN)/python -m pytest -m "not slow" -q
@@ -39,7 +44,7 @@ lint:
 
 reproduce-table3:
 	$(BIN)/topkbench sweep experiment=table3 n_jobs=$(N_JOBS)
-	$(BIN)/topkbench report experiment=table3
+	$(BIN)/topkbench report experiment=table3 --html
 
 # Table 5: fetch the public datasets (ALOI, Letter, News20, Caltech101 Silhouettes; the CNN
 # feature sets must be supplied by hand, see `topkbench data info cub`), sweep the datasets whose
@@ -48,40 +53,40 @@ FETCHABLE = aloi letter news20 caltech101_silhouettes
 reproduce-table5:
 	-for d in $(FETCHABLE); do $(BIN)/topkbench data fetch $$d; done
 	$(BIN)/topkbench sweep experiment=table5 n_jobs=$(N_JOBS) --skip-missing
-	$(BIN)/topkbench report experiment=table5
+	$(BIN)/topkbench report experiment=table5 --html
 
 # the Table 5 protocol on two small synthetic sets (about 15 s)
 smoke-table5:
 	$(BIN)/topkbench sweep experiment=table5_smoke n_jobs=$(N_JOBS)
-	$(BIN)/topkbench report experiment=table5_smoke
+	$(BIN)/topkbench report experiment=table5_smoke --html
 
 # Tables 7 and 9: the ten Mulan sets have no registered download (RAR archives without
 # checksums): extract them as `topkbench data info emotions` shows.  The sweep runs the sets that
 # are present (linear and RBF rows, 10-fold CV) and the report prints the paper's values beside.
 reproduce-table7:
 	$(BIN)/topkbench sweep experiment=table7 n_jobs=$(N_JOBS) --skip-missing
-	$(BIN)/topkbench report experiment=table7
+	$(BIN)/topkbench report experiment=table7 --html
 
 # the Table 7 protocol on a small synthetic multilabel set (seconds)
 smoke-table7:
 	$(BIN)/topkbench sweep experiment=table7_smoke n_jobs=$(N_JOBS)
-	$(BIN)/topkbench report experiment=table7_smoke
+	$(BIN)/topkbench report experiment=table7_smoke --html
 
 # Tables 10-12 (VOC 2007 / COCO region features, user-supplied: `topkbench data info voc2007`)
 reproduce-table10:
 	$(BIN)/topkbench sweep experiment=table10 n_jobs=$(N_JOBS) --skip-missing
-	$(BIN)/topkbench report experiment=table10
+	$(BIN)/topkbench report experiment=table10 --html
 reproduce-table11:
 	$(BIN)/topkbench sweep experiment=table11 n_jobs=$(N_JOBS) --skip-missing
-	$(BIN)/topkbench report experiment=table11
+	$(BIN)/topkbench report experiment=table11 --html
 reproduce-table12:
 	$(BIN)/topkbench sweep experiment=table12 n_jobs=$(N_JOBS) --skip-missing
-	$(BIN)/topkbench report experiment=table12
+	$(BIN)/topkbench report experiment=table12 --html
 
 # the region/image protocol of Tables 10-12 on synthetic data (seconds)
 smoke-table11:
 	$(BIN)/topkbench sweep experiment=table11_smoke n_jobs=$(N_JOBS)
-	$(BIN)/topkbench report experiment=table11_smoke
+	$(BIN)/topkbench report experiment=table11_smoke --html
 
 bench-bipartite:
 	$(BIN)/topkbench bench bipartite

@@ -130,6 +130,15 @@ def report(
     overrides: list[str] = typer.Argument(
         None, help="Hydra overrides; experiment=NAME is required"
     ),
+    as_html: bool = typer.Option(
+        False,
+        "--html",
+        help="also write report.html: one self-contained page (tables, plots, solver health, "
+        "provenance) that opens offline",
+    ),
+    figures: Path = typer.Option(
+        None, "--figures", help="also write every plot of the HTML page as PNG and PDF here"
+    ),
 ) -> None:
     from topkbench.config import ExperimentConfig
     from topkbench.experiments.render import write_report
@@ -138,6 +147,18 @@ def report(
     exp = ExperimentConfig.from_dict(compose(overrides, "report"))
     rep = build_report(exp)
     paths = write_report(exp, rep)
+    if as_html or figures is not None:
+        from topkbench.experiments.html import write_html_report
+        from topkbench.experiments.selection import current_records
+        from topkbench.experiments.store import RecordStore
+
+        store = RecordStore(exp.results_dir, exp.name)
+        try:
+            records = current_records(exp, store.load())
+        finally:
+            store.close()
+        page = Path(exp.results_dir) / exp.name / "report.html"
+        paths += write_html_report(exp, rep, records, page, figures)
     sys.stdout.write(rep.markdown)
     if rep.incomplete:
         log.warning("the sweep of this configuration is incomplete: see the report's first line")

@@ -1,0 +1,333 @@
+"""``report.html``: one self-contained results page per experiment (no network to view it).
+
+The page holds the report's table (values from ``report.csv``, the paper's numbers beside ours,
+Δ coloured by size, uncertified selections marked), the report's notes and protocol footers,
+and static plots rendered by matplotlib to inline SVG (no script, no external file):
+
+* first the report's own tables and notes (its Markdown), then every value of ``report.csv``;
+* per dataset, the validation metric against C (log axis) for every row, the selected C
+  marked; test accuracy against k (top-k layouts); ours against the paper's value for every
+  cell, with the diagonal;
+* solver health: the distribution of final relative gaps and of epochs per fit, budget stops
+  in their own colour;
+* provenance: code version, data file digests, machines, fit time, the command line.
+
+``figures_dir`` also writes every plot as PNG and PDF for papers.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import platform
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+_CSS = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
+h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; border-bottom: 1px solid #ccc; }
+table.report { border-collapse: collapse; font-size: 0.85em; margin: 1em 0; }
+table.report th, table.report td { border: 1px solid #ddd; padding: 2px 6px; text-align: right; }
+table.report th { background: #f3f3f3; }
+td.d0 { background: #e6f4e6; } td.d1 { background: #fff5d6; } td.d2 { background: #fbe0dc; }
+td.uncertified { color: #b00020; font-weight: bold; }
+figure.plot { display: inline-block; margin: 0.5em; vertical-align: top; }
+figure.plot figcaption { font-size: 0.8em; color: #555; max-width: 460px; }
+p, blockquote { font-size: 0.85em; max-width: 60em; }
+blockquote { background: #fff3cd; padding: 0.5em; }
+dl.provenance dt { font-weight: bold; } dl.provenance dd { margin: 0 0 0.5em 1.5em; }
+"""
+
+# |ours - paper| in points below which a cell is green, then yellow; red above
+DIFF_BANDS = (1.0, 3.0)
+
+
+def _svg(fig) -> str:
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight")
+    text = buf.getvalue()
+    return text[text.index("<svg") :]
+
+
+class _Plots:
+    """Collects figures as inline SVG (and PNG/PDF files when ``figures_dir`` is given)."""
+
+    def __init__(self, figures_dir: Path | None):
+        self.figures_dir = figures_dir
+        self.written: list[Path] = []
+
+    def add(self, fig, name: str, caption: str) -> str:
+        import matplotlib.pyplot as plt
+
+        svg = _svg(fig)
+        if self.figures_dir is not None:
+            self.figures_dir.mkdir(parents=True, exist_ok=True)
+            for ext in ("png", "pdf"):
+                path = self.figures_dir / f"{name}.{ext}"
+                fig.savefig(path, bbox_inches="tight", dpi=150)
+                self.written.append(path)
+        plt.close(fig)
+        return (
+            f'<figure class="plot" id="{html.escape(name)}">{svg}'
+            f"<figcaption>{html.escape(caption)}</figcaption></figure>"
+        )
+
+
+def _metric_column(records: pd.DataFrame) -> str | None:
+    """The validation column the plots against C show: top-1 accuracy, else the first
+    validation metric the records carry."""
+    cols = [c for c in records.columns if c.startswith("val_")]
+    return "val_top1" if "val_top1" in cols else (cols[0] if cols else None)
+
+
+def _c_curves(records, selected, dataset, plots) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    col = _metric_column(records)
+    part = records[(records["dataset"] == dataset) & (records["fold"] != "refit")]
+    if col is None or part.empty or part[col].isna().all():
+        return ""
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for row, grp in part.groupby("row", sort=False):
+        curve = grp.groupby("C")[col].mean()
+        ax.semilogx(curve.index, curve.values, marker=".", label=str(row))
+        if {"dataset", "row", "C"} <= set(selected.columns):
+            sel = selected[(selected["dataset"] == dataset) & (selected["row"] == row)]
+            if "k" in sel.columns:
+                sel = sel[sel["k"] == sel["k"].min()]
+            for C in sel["C"].dropna().unique():
+                if C in curve.index:
+                    ax.plot([C], [curve.loc[C]], marker="o", markersize=9, fillstyle="none",
+                            color=ax.lines[-1].get_color())  # fmt: skip
+    ax.set_xlabel("C (log scale; every C the sweep fitted, extensions included)")
+    ax.set_ylabel(col.removeprefix("val_"))
+    ax.set_title(f"{dataset}: validation {col.removeprefix('val_')} against C")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=6, ncol=2)
+    return plots.add(
+        fig, f"{dataset}-val-vs-C",
+        f"Mean over folds and draws of the validation {col.removeprefix('val_')}; a ring marks "
+        "the selected C.",
+    )  # fmt: skip
+
+
+def _long(table: pd.DataFrame) -> pd.DataFrame:
+    """The report table as (dataset?, row, k, ours_mean, paper) rows: the datasets layout has
+    that form; the rows layout (Table 3) has ``top{k}_mean`` / ``top{k}_paper`` columns."""
+    import re
+
+    if "ours_mean" in table.columns:
+        return table
+    parts = []
+    for col in table.columns:
+        hit = re.fullmatch(r"top(\d+)_mean", str(col))
+        if hit:
+            k = int(hit.group(1))
+            paper = table.get(f"top{k}_paper", pd.Series(np.nan, index=table.index))
+            parts.append(pd.DataFrame({"row": table["row"], "k": k, "ours_mean": table[col],
+                                       "paper": paper}))  # fmt: skip
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def _topk_curves(table, dataset, plots) -> str:
+    import matplotlib.pyplot as plt
+
+    table = _long(table)
+    if not {"k", "ours_mean", "row"} <= set(table.columns):
+        return ""
+    part = table[table["dataset"] == dataset] if "dataset" in table.columns else table
+    part = part.dropna(subset=["ours_mean"])
+    if part.empty or part["k"].nunique() < 2:
+        return ""
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for row, grp in part.groupby("row", sort=False):
+        grp = grp.sort_values("k")
+        ax.plot(grp["k"], grp["ours_mean"], marker="o", label=str(row))
+    ax.set_xlabel("k")
+    ax.set_ylabel("test top-k accuracy (%)")
+    ax.set_title(f"{dataset}: test top-k accuracy against k")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=6, ncol=2)
+    return plots.add(fig, f"{dataset}-topk-vs-k", "Selected models' test top-k accuracy.")
+
+
+def _scatter(table, dataset, plots) -> str:
+    import matplotlib.pyplot as plt
+
+    table = _long(table)
+    if not {"ours_mean", "paper"} <= set(table.columns):
+        return ""
+    part = table[table["dataset"] == dataset] if "dataset" in table.columns else table
+    part = part.dropna(subset=["ours_mean", "paper"])
+    if part.empty:
+        return ""
+    fig, ax = plt.subplots(figsize=(4.6, 4.6))
+    ax.scatter(part["paper"], part["ours_mean"], s=14)
+    lo = float(min(part["paper"].min(), part["ours_mean"].min()))
+    hi = float(max(part["paper"].max(), part["ours_mean"].max()))
+    ax.plot([lo, hi], [lo, hi], color="gray", lw=1)
+    ax.set_xlabel("paper")
+    ax.set_ylabel("ours")
+    ax.set_title(f"{dataset}: ours against the paper")
+    ax.grid(True, alpha=0.3)
+    return plots.add(fig, f"{dataset}-ours-vs-paper", "Every cell with a published value.")
+
+
+def _health(records, plots) -> str:
+    import matplotlib.pyplot as plt
+
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(9.6, 3.6))
+    stopped = records["status"] != "converged"
+    gaps = records["relative_gap"].astype(float)
+    ok = np.isfinite(gaps) & (gaps > 0)
+    bins = np.linspace(np.log10(gaps[ok].min()), np.log10(gaps[ok].max()) + 1e-9, 30) if (
+        ok.any()
+    ) else 10  # fmt: skip
+    for mask, label, color in ((~stopped, "converged", "tab:blue"),
+                               (stopped, "budget stop", "tab:red")):  # fmt: skip
+        g = gaps[mask & ok]
+        if len(g):
+            a1.hist(np.log10(g), bins=bins, label=f"{label} ({int(mask.sum())})", color=color,
+                    alpha=0.7)  # fmt: skip
+        a2.hist(records.loc[mask, "epochs"], bins=30, label=label, color=color, alpha=0.7)
+    a1.set_xlabel("log10 final relative duality gap")
+    a1.set_ylabel("fits")
+    a1.legend(fontsize=7)
+    a2.set_xlabel("epochs (iterations) per fit")
+    a2.legend(fontsize=7)
+    fig.suptitle(f"Solver health: {len(records)} fits")
+    return plots.add(
+        fig, "solver-health",
+        "Final relative gaps (convex fits) and epochs of every fit of this configuration; "
+        "budget stops in red.",
+    )  # fmt: skip
+
+
+def _cell(value, column: str) -> str:
+    if isinstance(value, (float, np.floating)):
+        text = "—" if not np.isfinite(value) else f"{value:.4g}"
+        attr = f' data-value="{float(value)!r}"'
+    else:
+        text = html.escape(str(value))
+        attr = f' data-value="{html.escape(str(value))}"'
+    cls = ""
+    if column == "diff" and isinstance(value, (float, np.floating)) and np.isfinite(value):
+        band = int(np.searchsorted(DIFF_BANDS, abs(value), side="right"))
+        cls = f' class="d{band}"'
+    elif column == "uncertified" and value and value != 0:
+        cls = ' class="uncertified"'
+    return f"<td{cls}{attr}>{text}</td>"
+
+
+def _markdown(text: str) -> str:
+    """The report's Markdown as HTML: headings, pipe tables (Δ cells coloured by size, cells
+    marked uncertified in red), quotes and paragraphs; the only Markdown the reports write."""
+    from topkbench.experiments.render import UNCERTIFIED
+
+    out: list[str] = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("|"):
+            rows = []
+            while i < len(lines) and lines[i].startswith("|"):
+                rows.append([c.strip() for c in lines[i].strip().strip("|").split("|")])
+                i += 1
+            head, body = rows[0], [r for r in rows[1:] if not set("".join(r)) <= set("-: ")]
+            cells = "".join(f"<th>{html.escape(c)}</th>" for c in head)
+            trs = [f"<tr>{cells}</tr>"]
+            for r in body:
+                tds = []
+                for name, c in zip(head, r, strict=False):
+                    cls = ""
+                    if name == "Δ":
+                        try:
+                            band = int(np.searchsorted(DIFF_BANDS, abs(float(c)), side="right"))
+                            cls = f' class="d{band}"'
+                        except ValueError:
+                            pass
+                    elif UNCERTIFIED in c:
+                        cls = ' class="uncertified"'
+                    tds.append(f"<td{cls}>{html.escape(c)}</td>")
+                trs.append("<tr>" + "".join(tds) + "</tr>")
+            out.append('<table class="report paper">' + "".join(trs) + "</table>")
+            continue
+        if line.startswith("#"):
+            level = min(len(line) - len(line.lstrip("#")) + 1, 4)
+            out.append(f"<h{level}>{html.escape(line.lstrip('#').strip())}</h{level}>")
+        elif line.startswith(">"):
+            out.append(f"<blockquote>{html.escape(line.lstrip('> '))}</blockquote>")
+        elif line.strip():
+            out.append(f"<p>{html.escape(line)}</p>")
+        i += 1
+    return "\n".join(out)
+
+
+def _table(table: pd.DataFrame) -> str:
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in table.columns)
+    body = "".join(
+        "<tr>" + "".join(_cell(v, c) for c, v in zip(table.columns, row, strict=True)) + "</tr>"
+        for row in table.itertuples(index=False)
+    )
+    return f'<table class="report" id="report-table"><tr>{head}</tr>{body}</table>'
+
+
+def _provenance(records: pd.DataFrame) -> str:
+    import topkbench
+
+    def values(col):
+        return ", ".join(sorted({str(v) for v in records[col].dropna()})) if col in records else "—"
+
+    items = {
+        "topkbench": f"{topkbench.__version__} (git {values('git_rev')})",
+        "data files (SHA-256)": values("data_sha256"),
+        "machines": values("host"),
+        "python / numpy / scipy / numba": " / ".join(
+            values(c) for c in ("python", "numpy", "scipy", "numba")
+        ),
+        "fits, summed training time": f"{len(records)} fits, "
+        f"{float(records['train_seconds'].sum()):.1f} s",
+        "finished": f"{records['finished_at'].min()} … {records['finished_at'].max()}"
+        if "finished_at" in records else "—",
+        "page written by": " ".join(sys.argv) + f" on {platform.node()}",
+    }  # fmt: skip
+    rows = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in items.items())
+    return f'<dl class="provenance">{rows}</dl>'
+
+
+def write_html_report(exp, rep, records: pd.DataFrame, path: Path,
+                      figures_dir: Path | None = None) -> list[Path]:  # fmt: skip
+    """Write ``report.html`` for the report ``rep`` of ``exp`` built from ``records`` (the
+    configuration's own); returns the files written (the page, then any figure files)."""
+    plots = _Plots(figures_dir)
+    table = rep.table
+    parts = [_markdown(rep.markdown),
+             "<details><summary>Every value of report.csv</summary>", _table(table),
+             "</details>"]  # fmt: skip
+    datasets = list(dict.fromkeys(records["dataset"]))
+    for ds in datasets:
+        figs = [_c_curves(records, rep.selected, ds, plots), _topk_curves(table, ds, plots),
+                _scatter(table, ds, plots)]  # fmt: skip
+        figs = [f for f in figs if f]
+        if figs:
+            parts += [f"<h2>{html.escape(str(ds))}</h2>", *figs]
+    parts += ["<h2>Solver health</h2>", _health(records, plots),
+              "<h2>Provenance</h2>", _provenance(records)]  # fmt: skip
+    page = (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        f"<title>{html.escape(exp.title)}</title><style>{_CSS}</style></head><body>"
+        + "\n".join(parts)
+        + "</body></html>"
+    )
+    path = Path(path)
+    tmp = path.with_suffix(".html.tmp")
+    tmp.write_text(page, encoding="utf-8")
+    tmp.replace(path)
+    return [path, *plots.written]
