@@ -1,7 +1,7 @@
-"""``topkbench report --html``: the Table 3 and Table 5 smoke experiments' pages, rendered in
-a real headless Chromium with the network blocked: no console errors, every plot present and
-non-empty, the table's values equal to ``report.csv``, nothing fetched from elsewhere, and a
-screenshot under ``results/`` (a CI artifact)."""
+"""``topkbench report --html``: the Table 3, Table 5 and Table 7 smoke experiments' pages,
+rendered in a real headless Chromium with the network blocked: no console errors, every plot
+present and non-empty, the table's values equal to ``report.csv``, nothing fetched from
+elsewhere, and a screenshot under ``results/`` (a CI artifact)."""
 
 from __future__ import annotations
 
@@ -81,14 +81,16 @@ def test_console_errors_are_seen(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "overrides, stem",
+    "overrides, stem, plots",
     [
         (["experiment=table3", "experiment.draws=1", "experiment.C_grid.min_exp=-2",
-          "experiment.C_grid.max_exp=2", "dataset.n_test=2000"], "table3"),
-        (["experiment=table5_smoke"], "table5_smoke"),
+          "experiment.C_grid.max_exp=2", "dataset.n_test=2000"], "table3",
+         ("-val-vs-C", "-topk-vs-k", "-ours-vs-paper")),
+        (["experiment=table5_smoke"], "table5_smoke", ("-val-vs-C", "-topk-vs-k")),
+        (["experiment=table7_smoke"], "table7_smoke", ("-val-vs-C", "-metrics-vs-delta")),
     ],
 )  # fmt: skip
-def test_html_report_renders_offline(tmp_path, overrides, stem):
+def test_html_report_renders_offline(tmp_path, overrides, stem, plots):
     results = tmp_path / "results"
     args = [*overrides, f"results_dir={results}"]
     assert CliRunner().invoke(app, ["sweep", *args]).exit_code == 0
@@ -100,10 +102,10 @@ def test_html_report_renders_offline(tmp_path, overrides, stem):
     assert console_messages(run.stderr) == []
     dom = _Page()
     dom.feed(run.stdout)
-    # every plot is there and drawn: per dataset val-vs-C and top-k-vs-k, and solver health
+    # every plot is there and drawn: the layout's per-dataset plots, and solver health
     ids = [p["id"] for p in dom.plots]
-    assert "solver-health" in ids and any(i.endswith("-val-vs-C") for i in ids)
-    assert any(i.endswith("-topk-vs-k") for i in ids)
+    assert "solver-health" in ids
+    assert all(any(i.endswith(suffix) for i in ids) for suffix in plots), ids
     assert all(p["paths"] > 10 for p in dom.plots), dom.plots
     assert len(list((tmp_path / "f").glob("*.png"))) == len(ids)
     # nothing to fetch: only in-page references

@@ -2,12 +2,15 @@
 
 The page holds the report's table (values from ``report.csv``, the paper's numbers beside ours,
 Δ coloured by size, uncertified selections marked), the report's notes and protocol footers,
-and static plots rendered by matplotlib to inline SVG (no script, no external file):
+and static plots rendered by matplotlib to inline SVG -- no script, no external file, nothing
+to load, so the page opens from disk on an offline machine and shows no console errors
+(matplotlib already draws the benches' figures; a JavaScript renderer would need vendoring):
 
 * first the report's own tables and notes (its Markdown), then every value of ``report.csv``;
 * per dataset, the validation metric against C (log axis) for every row, the selected C
-  marked; test accuracy against k (top-k layouts); ours against the paper's value for every
-  cell, with the diagonal;
+  marked, one panel per RBF width; test accuracy against k (top-k layouts) or the partition
+  metrics against the threshold delta, the selected delta marked (multilabel); ours against
+  the paper's value for every cell, with the diagonal;
 * solver health: the distribution of final relative gaps and of epochs per fit, budget stops
   in their own colour;
 * provenance: code version, data file digests, machines, fit time, the command line.
@@ -62,6 +65,7 @@ class _Plots:
     def add(self, fig, name: str, caption: str) -> str:
         import matplotlib.pyplot as plt
 
+        fig.tight_layout(rect=(0, 0, 1, 0.95) if fig._suptitle is not None else None)
         svg = _svg(fig)
         if self.figures_dir is not None:
             self.figures_dir.mkdir(parents=True, exist_ok=True)
@@ -84,6 +88,8 @@ def _metric_column(records: pd.DataFrame) -> str | None:
 
 
 def _c_curves(records, selected, dataset, plots) -> str:
+    """Validation metric against C per row; one panel per RBF width theta when the rows have
+    one (small multiples), the selected C ringed."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -93,27 +99,99 @@ def _c_curves(records, selected, dataset, plots) -> str:
     part = records[(records["dataset"] == dataset) & (records["fold"] != "refit")]
     if col is None or part.empty or part[col].isna().all():
         return ""
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    for row, grp in part.groupby("row", sort=False):
-        curve = grp.groupby("C")[col].mean()
-        ax.semilogx(curve.index, curve.values, marker=".", label=str(row))
-        if {"dataset", "row", "C"} <= set(selected.columns):
+    part = part[pd.to_numeric(part[col], errors="coerce").notna()]
+    thetas = [None]
+    if "theta" in part.columns and part["theta"].notna().any():
+        thetas = sorted(part["theta"].dropna().unique())
+        if part["theta"].isna().any():
+            thetas = [None, *thetas]
+    ncol = min(len(thetas), 3)
+    nrow = -(-len(thetas) // ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(6.4 if ncol == 1 else 4.2 * ncol, 4.0 * nrow),
+                             squeeze=False, sharey=True)  # fmt: skip
+    for ax, theta in zip(axes.ravel(), thetas, strict=False):
+        sub = part[part["theta"].isna()] if theta is None and "theta" in part else part
+        if theta is not None:
+            sub = part[np.isclose(part["theta"].astype(float), theta)]
+        for row, grp in sub.groupby("row", sort=False):
+            curve = grp.groupby("C")[col].mean()
+            ax.semilogx(curve.index, curve.values, marker=".", label=str(row))
             sel = selected[(selected["dataset"] == dataset) & (selected["row"] == row)]
-            if "k" in sel.columns:
+            if "k" in sel.columns and "metric" not in sel.columns:
                 sel = sel[sel["k"] == sel["k"].min()]
+            if theta is not None and "theta" in sel.columns:
+                sel = sel[np.isclose(sel["theta"].astype(float), theta)]
             for C in sel["C"].dropna().unique():
                 if C in curve.index:
                     ax.plot([C], [curve.loc[C]], marker="o", markersize=9, fillstyle="none",
                             color=ax.lines[-1].get_color())  # fmt: skip
-    ax.set_xlabel("C (log scale; every C the sweep fitted, extensions included)")
-    ax.set_ylabel(col.removeprefix("val_"))
-    ax.set_title(f"{dataset}: validation {col.removeprefix('val_')} against C")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=6, ncol=2)
+        ax.set_title("linear" if theta is None else f"RBF theta = {theta:g}", fontsize=9)
+        ax.set_xlabel("C (log scale)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=6, ncol=2)
+    for ax in axes.ravel()[len(thetas) :]:
+        ax.axis("off")
+    axes[0][0].set_ylabel(col.removeprefix("val_"))
+    fig.suptitle(f"{dataset}: validation {col.removeprefix('val_')} against C")
     return plots.add(
         fig, f"{dataset}-val-vs-C",
-        f"Mean over folds and draws of the validation {col.removeprefix('val_')}; a ring marks "
-        "the selected C.",
+        f"Mean over folds and draws of the validation {col.removeprefix('val_')} at every C the "
+        "sweep fitted (grid extensions included); a ring marks the selected C.",
+    )  # fmt: skip
+
+
+def _delta_curves(exp, records, selected, dataset, plots) -> str:
+    """Multilabel: each partition metric of the selected models (test split) against the
+    threshold delta, the selected delta marked; one panel per metric."""
+    import matplotlib.pyplot as plt
+
+    from topkbench.metrics.multilabel import PARTITION_METRICS, delta_grid
+
+    metrics = [m for m in exp.metrics if m in PARTITION_METRICS]
+    if not metrics or "metric" not in selected.columns:
+        return ""
+    deltas = delta_grid(exp.delta_grid)
+    ncol = min(len(metrics), 3)
+    nrow = -(-len(metrics) // ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(4.2 * ncol, 3.6 * nrow), squeeze=False)
+    drawn = False
+    for ax, metric in zip(axes.ravel(), metrics, strict=False):
+        col = f"test_{metric}_grid"
+        sel = selected[(selected["dataset"] == dataset) & (selected["metric"] == metric)]
+        for _, s in sel[sel["draw"] == sel["draw"].min()].iterrows():
+            recs = records[(records["dataset"] == dataset) & (records["row"] == s["row"])
+                           & np.isclose(records["C"].astype(float), s["C"])
+                           & records["fold"].isin(["refit", "val"])]  # fmt: skip
+            if col not in recs or recs.empty:
+                continue
+            curve = np.asarray(recs[col].iloc[0], dtype=float)
+            if curve.shape != deltas.shape:
+                continue
+            ax.plot(deltas, curve, label=str(s["row"]))
+            if np.isfinite(s["delta"]):
+                q = int(np.argmin(np.abs(deltas - s["delta"])))
+                ax.plot([deltas[q]], [curve[q]], marker="o", fillstyle="none", markersize=8,
+                        color=ax.lines[-1].get_color())  # fmt: skip
+            drawn = True
+        if deltas.min() > 0:
+            ax.set_xscale("log")
+        else:  # the Mulan grid: -10^e, 0, 10^e
+            ax.set_xscale("symlog", linthresh=1e-6)
+            ax.set_xticks([-1.0, -1e-3, 0.0, 1e-3, 1.0], ["-1", "-1e-3", "0", "1e-3", "1"])
+        ax.set_title(metric, fontsize=9)
+        ax.set_xlabel("threshold delta")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=6)
+    for ax in axes.ravel()[len(metrics) :]:
+        ax.axis("off")
+    if not drawn:
+        plt.close(fig)
+        return ""
+    fig.suptitle(f"{dataset}: partition metrics against delta (test split)")
+    return plots.add(
+        fig, f"{dataset}-metrics-vs-delta",
+        "Each selected model's partition metric on the test split at every threshold of the "
+        "grid; a ring marks the delta selected on the validation folds.",
     )  # fmt: skip
 
 
@@ -283,7 +361,10 @@ def _provenance(records: pd.DataFrame) -> str:
     import topkbench
 
     def values(col):
-        return ", ".join(sorted({str(v) for v in records[col].dropna()})) if col in records else "—"
+        if col not in records:
+            return "—"
+        found = sorted({str(v) for v in records[col].dropna()} - {"{}"})
+        return ", ".join(found) or "none (generated data)"
 
     items = {
         "topkbench": f"{topkbench.__version__} (git {values('git_rev')})",
@@ -313,8 +394,12 @@ def write_html_report(exp, rep, records: pd.DataFrame, path: Path,
              "</details>"]  # fmt: skip
     datasets = list(dict.fromkeys(records["dataset"]))
     for ds in datasets:
-        figs = [_c_curves(records, rep.selected, ds, plots), _topk_curves(table, ds, plots),
-                _scatter(table, ds, plots)]  # fmt: skip
+        figs = [
+            _c_curves(records, rep.selected, ds, plots),
+            _topk_curves(table, ds, plots),
+            _delta_curves(exp, records, rep.selected, ds, plots),
+            _scatter(table, ds, plots),
+        ]
         figs = [f for f in figs if f]
         if figs:
             parts += [f"<h2>{html.escape(str(ds))}</h2>", *figs]
