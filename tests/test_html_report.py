@@ -116,7 +116,9 @@ def test_html_report_renders_offline(tmp_path, overrides, stem, plots):
     assert len(body) == len(csv)
     for cells, (_, want) in zip(body, csv.iterrows(), strict=True):
         for got, value in zip(cells, want, strict=True):
-            if isinstance(value, float) and np.isnan(value):
+            if isinstance(value, (bool, np.bool_)):
+                assert got == str(value)
+            elif isinstance(value, float) and np.isnan(value):
                 assert got in ("nan", "")  # CSV writes an empty string and NaN alike
             elif isinstance(value, (float, np.floating, int, np.integer)):
                 assert float(got) == float(value)
