@@ -407,9 +407,7 @@ def fit(
         info["excluded_examples"] = int(n_rows - keep.sum())
     if ex_w is not None:
         info["weighted"] = True
-        model_weights = all_w
-    else:
-        model_weights = None
+
     params = {"C": C, "k": k, "gamma": gamma, "eps": eps, "seed": seed}
     if rho is not None:
         params["weights"] = weights if isinstance(weights, str) else [float(v) for v in rho]
@@ -417,7 +415,7 @@ def fit(
     model = Model.from_result(res, method=spec.name, params=params, epochs=res.epochs,
                               kernel=kernel, theta=theta, X=X, info=info, A=A)  # fmt: skip
     model.classes = classes
-    model.sample_weight = model_weights
+    model.sample_weight = all_w
     return model
 
 

@@ -173,3 +173,17 @@ def test_projection_onto_a_permutahedron_matches_cvxpy():
         cons += [cp.sum_largest(p, j) <= np.cumsum(w)[j - 1] for j in range(1, m)]
         cp.Problem(cp.Minimize(cp.sum_squares(p - z)), cons).solve(solver=cp.CLARABEL)
         np.testing.assert_allclose(out, p.value, atol=1e-6)
+
+
+@settings(max_examples=100, derandomize=True)
+@given(n=st.integers(0, 40), seed=st.integers(0, 2**16), ties=st.booleans())
+def test_argsort_desc_orders_keys_descending(n, seed, ties):
+    from topkbench.prox.permutahedron import argsort_desc
+
+    rng = np.random.default_rng(seed)
+    keys = rng.integers(0, 4, size=n).astype(float) if ties else rng.normal(size=n)
+    idx = np.full(n + 2, -1, dtype=np.int64)
+    argsort_desc(keys, n, idx)
+    assert sorted(idx[:n].tolist()) == list(range(n))
+    assert np.all(np.diff(keys[idx[:n]]) <= 0.0)
+    assert np.all(idx[n:] == -1)

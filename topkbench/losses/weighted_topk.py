@@ -42,7 +42,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from topkbench.prox.permutahedron import wtopk_biased_projection
+from topkbench.prox.permutahedron import argsort_desc, wtopk_biased_projection
 
 
 @njit(cache=True)
@@ -255,7 +255,7 @@ def _weighted_margin_sum(s, y, rho, c, order):
     sy = s[y]
     for j in range(m):
         c[j] = 0.0 if j == y else 1.0 + s[j] - sy
-    order[:] = np.argsort(-c, kind="mergesort")
+    argsort_desc(c, m, order)
     total = 0.0
     for r in range(m):
         if rho[r] == 0.0:
@@ -333,20 +333,20 @@ def wtopk_loss(s, y, rho, gamma, b, x, order, bs, z, d, bsum, bcnt):
     total = _weighted_margin_sum(s, y, rho, b, order)
     if gamma == 0.0:
         return total if total > 0.0 else 0.0
+    # the margins are no longer needed: b holds the projection's target z^{\\y} / gamma
     sy = s[y]
     p = 0
     for j in range(m):
         if j != y:
-            z[p] = (1.0 + s[j] - sy) / gamma
+            b[p] = (1.0 + s[j] - sy) / gamma
             p += 1
-    target = z[: m - 1].copy()
-    wtopk_biased_projection(target, rho, 1.0, x, order, bs, z, d, bsum, bcnt)
+    wtopk_biased_projection(b[: m - 1], rho, 1.0, x, order, bs, z, d, bsum, bcnt)
     inner = 0.0
     sq = 0.0
     sm = 0.0
     for p in range(m - 1):
         v = x[p] if x[p] > 0.0 else 0.0
-        inner += v * target[p] * gamma
+        inner += v * b[p] * gamma
         sq += v * v
         sm += v
     val = inner - 0.5 * gamma * (sq + sm * sm)

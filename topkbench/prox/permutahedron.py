@@ -59,12 +59,41 @@ SVM^Multi.
 
 from __future__ import annotations
 
-import numpy as np
 from numba import njit
 
 # a bound on the steps of the theta search (a bisection step halves the bracket; a Newton step
 # lands on a piece's root, each piece's at most once); seen: at most 23
 MAX_THETA_STEPS = 200
+
+
+@njit(cache=True)
+def argsort_desc(keys, n, idx):
+    """``idx[:n]`` = the indices of ``keys[:n]`` in descending order of key, by heapsort in
+    place (no allocation: the SDCA update calls this once per example)."""
+    for i in range(n):
+        idx[i] = i
+    for start in range(n // 2 - 1, -1, -1):
+        _sift_down(keys, idx, start, n)
+    for end in range(n - 1, 0, -1):
+        idx[0], idx[end] = idx[end], idx[0]
+        _sift_down(keys, idx, 0, end)
+
+
+@njit(cache=True)
+def _sift_down(keys, idx, root, end):
+    """Restore the min-heap below ``root`` over ``idx[:end]`` (a min-heap, so that popping to
+    the back leaves the keys in descending order)."""
+    while True:
+        child = 2 * root + 1
+        if child >= end:
+            return
+        if child + 1 < end and keys[idx[child + 1]] < keys[idx[child]]:
+            child += 1
+        if keys[idx[child]] < keys[idx[root]]:
+            idx[root], idx[child] = idx[child], idx[root]
+            root = child
+        else:
+            return
 
 
 @njit(cache=True)
@@ -168,7 +197,7 @@ def wtopk_biased_projection(b, rho, C, x, order, bs, z, d, bsum, bcnt):
         R += rho[r]
     R *= C
     srt = order[:n]
-    srt[:] = np.argsort(-b[:n], kind="mergesort")
+    argsort_desc(b, n, srt)
     for i in range(n):
         bs[i] = b[srt[i]]
     pos, nb, hs, A0, A1, mag = _theta_piece(bs, rho, C, R, 0.0, z, d, bsum, bcnt)
