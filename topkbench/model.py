@@ -398,6 +398,7 @@ def fit(
         accelerate=accelerate,
         sample_weight=ex_w,
         rho=rho,
+        **_warm_primal(warm_start, spec.name, gram is None),
     )
     A = res.A
     info: dict[str, Any] = dict(res.info)
@@ -457,6 +458,21 @@ def _warm_dual(warm_start, method: str, shape: tuple[int, int], C: float, weight
     old = np.full(shape[0], float(C_old)) if w_old is None else C_old * w_old
     ratio = np.divide(new, old, out=np.zeros(shape[0]), where=old > 0.0)
     return A_old * ratio[:, None]
+
+
+def _warm_primal(warm_start, method: str, linear: bool) -> dict[str, Any]:
+    """What a second-order phase may start from besides the warm dual: the warm model's own
+    primal point ``W_start`` (near the optimum on a C path, where the rescaled dual's ``X^T A``
+    is not) and the last smoothing of its continuation ``gamma_start``."""
+    if not (linear and isinstance(warm_start, Model) and warm_start.method == method):
+        return {}
+    out: dict[str, Any] = {}
+    if warm_start.W is not None:
+        out["W_start"] = warm_start.W
+    stages = warm_start.info.get("gamma_stages")
+    if stages:
+        out["gamma_start"] = float(stages[-1])
+    return out
 
 
 def _available_memory() -> float | None:

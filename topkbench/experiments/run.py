@@ -179,14 +179,18 @@ class CertifyTask:
 _QUEUE = None  # a pool worker's channel to the driver
 
 
-def _worker_init(queue) -> None:
+def _worker_init(queue, blas_threads: int) -> None:
     """Pool workers: records go to the driver through ``queue``; Ctrl-C is the driver's to
-    handle; and a worker dies with the driver (Linux ``PR_SET_PDEATHSIG``), so a killed sweep
-    leaves no orphan computing."""
+    handle; a worker dies with the driver (Linux ``PR_SET_PDEATHSIG``), so a killed sweep
+    leaves no orphan computing; and the workers share the cores, ``blas_threads`` BLAS
+    threads each, instead of each spinning as many threads as there are cores."""
     import signal
+
+    from threadpoolctl import threadpool_limits
 
     global _QUEUE
     _QUEUE = queue
+    threadpool_limits(blas_threads)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         import ctypes
@@ -275,7 +279,7 @@ class Driver:
             self._queue = ctx.Queue()
             self._pool = ProcessPoolExecutor(
                 self.exp.n_jobs, mp_context=ctx, initializer=_worker_init,
-                initargs=(self._queue,),
+                initargs=(self._queue, max(1, (os.cpu_count() or 1) // self.exp.n_jobs)),
             )  # fmt: skip
         futures = [self._pool.submit(_run_queued, self.exp, i, t) for i, t in enumerate(tasks)]
         finished = 0

@@ -312,7 +312,8 @@ def _newton_step(H, grad):
     return None
 
 
-def solve_newton(prob: SDCAProblem, run: Run, A, C: float, gamma: float):
+def solve_newton(prob: SDCAProblem, run: Run, A, C: float, gamma: float, W_start=None,
+                 gamma_start: float | None = None):
     """Continue ``run`` from the dual ``A`` by Newton's method on the primal, started at
     ``W = X^T A``, until the relative gap (of the loss smoothed by ``gamma``) is at most
     ``run.eps`` or a budget is spent.  Each Newton iteration counts as one epoch of ``run``
@@ -327,10 +328,19 @@ def solve_newton(prob: SDCAProblem, run: Run, A, C: float, gamma: float):
     lam = 1.0 / (C * n)
     deriv = _Derivatives(prob)
     stage_gamma = first_stage_gamma(prob.loss_id, gamma)
+    if gamma_start is not None and gamma <= gamma_start < stage_gamma:
+        stage_gamma = gamma_start
     info = {"newton_from_epoch": run.epochs, "newton_iterations": 0, "gamma_stages": [stage_gamma]}
     no_dual = np.zeros((n, m))
     W = prob.rep_of(A)
     S = prob.scores(W)
+    if W_start is not None:
+        # a primal point near the optimum (the previous C of a path): start from it when its
+        # objective is lower than that of the point the dual defines
+        S_start = prob.scores(W_start)
+        if (prob.values(S_start, no_dual, float(np.vdot(W_start, W_start)), C, stage_gamma)[0]
+                < prob.values(S, no_dual, float(np.vdot(W, W)), C, stage_gamma)[0]):  # fmt: skip
+            W, S = np.array(W_start, dtype=np.float64), S_start
     best_gap, since_best, full_step = math.inf, 0, False
     while True:
         G = deriv.gradient(S, stage_gamma)

@@ -21,6 +21,24 @@ from topkbench.losses import ids as _ids
 from topkbench.solvers import epochs as _e
 
 
+_BLAS = None  # threadpoolctl's controller, made on first use (it inspects the loaded libraries)
+
+
+def blas_threads(n: int):
+    """A context that holds the BLAS to ``n`` threads.
+
+    The second-order phases multiply and factor matrices of a few hundred rows, where a
+    second OpenBLAS thread costs more in wake-ups and spinning than it saves, and on a shared
+    2-core machine (or beside a second worker process) it can make a 432 x 432 Cholesky
+    factorization twenty times slower than on one thread."""
+    global _BLAS
+    if _BLAS is None:
+        from threadpoolctl import ThreadpoolController
+
+        _BLAS = ThreadpoolController()
+    return _BLAS.limit(limits=n, user_api="blas")
+
+
 class TracePoint(NamedTuple):
     epoch: int
     primal: float

@@ -115,6 +115,8 @@ def solve_sdca(
     accelerate: str = "never",
     sample_weight: np.ndarray | None = None,
     rho: np.ndarray | None = None,
+    W_start: np.ndarray | None = None,
+    gamma_start: float | None = None,
 ) -> SDCAResult:
     """Minimize P(W) by SDCA; inputs are assumed validated (see :func:`topkbench.fit`).
 
@@ -214,7 +216,9 @@ def solve_sdca(
         if accelerate != "never" and _hand_over(run, prob, accelerate, C, gamma):
             newton = accelerate != "catalyst" and newton_applicable(prob)
             if newton:
-                status, A, W, primal, dual, gap, info = solve_newton(prob, run, A, C, gamma)
+                status, A, W, primal, dual, gap, info = solve_newton(
+                    prob, run, A, C, gamma, W_start, gamma_start
+                )
             if not newton or status == "running":
                 # Newton stalled or failed: accelerated SDCA goes on from its gradient dual
                 newton_info = info if newton else {}
