@@ -258,9 +258,10 @@ def test_tiny_gamma_gap_is_not_negative():
 @pytest.mark.parametrize("method,gamma", [("svm_ml", 0.0), ("svm_ml", 0.5), ("lr_ml", 0.0)])
 def test_dense_csr_and_label_forms_agree(method, gamma):
     """Dense or CSR features, dense int / bool / CSR indicators: the same run (same
-    permutations) and so the same A up to rounding."""
+    permutations) and so the same A up to rounding.  Plain SDCA throughout: the nonsmooth
+    problem's dual optimum is not unique, and a Newton phase may end on another one."""
     X, Y = make_ml_problem(n=16, m=4, seed=11, zero_rows=(5,))
-    kw = dict(C=1.0, gamma=gamma, eps=1e-10, max_epochs=20_000)
+    kw = dict(C=1.0, gamma=gamma, eps=1e-10, max_epochs=20_000, accelerate="never")
     ref = fit_certified(X, Y, method, **kw)
     variants = [
         (sp.csr_matrix(X), Y),
@@ -475,3 +476,22 @@ def test_indicator_shape_is_checked():
         topkbench.fit(X, Y, "svm_ml", n_classes=5)
     with pytest.raises(InputError, match="at least 2 classes"):
         topkbench.fit(X, Y[:, :1], "svm_ml")
+
+
+@pytest.mark.parametrize("gamma,sparse", [(1.0, False), (0.5, True), (0.0, False), (0.0, True)])
+def test_newton_on_ill_conditioned_features_matches_cvxpy(gamma, sparse):
+    """SVM^ML by Newton's method (its analytic bipartite Hessian; continuation for gamma = 0)
+    on badly scaled columns, dense and CSR: cvxpy's optimum, and the certificate's P and D
+    recomputed outside the solver."""
+    X, Y = make_ml_problem(n=18, m=4, seed=21, n_empty=1, zero_rows=(2,), sparse=sparse)
+    scale = np.array([300.0, 1.0, 0.01] + [1.0] * (X.shape[1] - 3))
+    X = X @ sp.diags(scale) if sp.issparse(X) else X * scale
+    X = sp.csr_matrix(X) if sparse else X
+    C = 3.0
+    model = fit_certified(X, Y, "svm_ml", C=C, gamma=gamma, eps=1e-6, max_epochs=20_000,
+                          accelerate="newton")  # fmt: skip
+    assert model.converged and model.info["newton_iterations"] > 0
+    p_ref, _ = cvxpy_primal(X, Y, "svm_ml", gamma, C)
+    assert model.primal == pytest.approx(p_ref, rel=2e-6)
+    assert primal_value(X, Y, model.W, "svm_ml", gamma, C) == pytest.approx(model.primal, rel=1e-12)
+    assert dual_value(X, Y, model.A, "svm_ml", gamma, C) == pytest.approx(model.dual, rel=1e-12)

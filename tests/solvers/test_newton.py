@@ -241,3 +241,131 @@ def test_multilabel_rows_without_ranking_are_left_out(problem_factory):
         sub = topkbench.fit(X[keep], Y[keep], method, gamma=gamma, C=30.0, eps=1e-9,
                             accelerate="newton")  # fmt: skip
         assert model.primal == pytest.approx(sub.primal, rel=1e-8)
+
+
+# --- structured curvature, exact line search, hand-over and warm starts ------------------------
+
+
+def _multilabel_problem(seed=5, n=40, d=3, m=6):
+    rng = np.random.default_rng(seed)
+    Y = (rng.random((n, m)) < 0.35).astype(float)
+    Y[0] = 0.0  # an empty label set: no ranking constraint, no curvature
+    X = ill_conditioned(rng.standard_normal((n, d)))
+    return X, sp.csr_matrix(Y)
+
+
+@pytest.mark.parametrize("gamma", [5.0, 0.05])
+def test_bipartite_hessian_is_the_gradients_derivative(gamma):
+    """SVM^ML_gamma's analytic Hessian (the bipartite projection's Jacobian on its face)
+    against central differences of grad F; gamma = 5 leaves the radius free in most
+    examples, gamma = 0.05 makes it bind in most."""
+    X, Y = _multilabel_problem()
+    prob = SDCAProblem(X, Y, gram=False, n_classes=6, loss_id=get_method("svm_ml").loss_id, k=1)
+    rng = np.random.default_rng(2)
+    C = 0.9
+    W = rng.standard_normal((3, 6)) * np.array([[30.0], [1.0], [0.1]])
+    deriv = _Derivatives(prob)
+    G = deriv.gradient(prob.scores(W), gamma)
+    radius = -np.where(deriv.positive, G, 0.0).sum(axis=1) > 1.0 - 1e-9
+    free = ~radius & (G != 0.0).any(axis=1)
+    assert radius.any() if gamma < 1.0 else free.any()
+    H = _hessian(prob.X, deriv, C, 6)
+    np.testing.assert_allclose(H, H.T, rtol=0, atol=1e-9 * np.abs(H).max())
+    for _ in range(3):
+        V = rng.standard_normal((3, 6)) * 1e-8
+        fd = (_grad_F(prob, deriv, W + V, C, gamma) - _grad_F(prob, deriv, W - V, C, gamma)) / 2
+        hv = (H @ V.T.reshape(-1)).reshape(6, 3).T
+        np.testing.assert_allclose(hv, fd, rtol=1e-5, atol=1e-6 * np.abs(hv).max())
+
+
+@pytest.mark.parametrize("method,gamma", [("svm_multi", 5.0), ("svm_multi", 0.05),
+                                          ("lr_multi", 0.0), ("svm_ml", 0.3)])  # fmt: skip
+def test_structured_curvature_equals_dense_hessians(problem_factory, method, gamma):
+    """The diagonal-plus-rank-one form of each H_i equals the per-example matrix: the
+    finite-difference Hessian of the kernels' gradient (exact off the kinks)."""
+    if method == "svm_ml":
+        X, Y = _multilabel_problem(seed=9)
+        prob = SDCAProblem(X, Y, gram=False, n_classes=6, loss_id=get_method(method).loss_id,
+                           k=1)  # fmt: skip
+    else:
+        prob = _problem(problem_factory, method)
+    rng = np.random.default_rng(3)
+    W = rng.standard_normal((3, prob.m)) * np.array([[30.0], [1.0], [0.1]])
+    deriv = _Derivatives(prob)
+    S = prob.scores(W)
+    deriv.gradient(S, gamma)
+    curv = deriv.curvature(0, prob.n)
+    dense = np.stack([curv.apply(np.eye(prob.m)[c][None].repeat(prob.n, 0))
+                      for c in range(prob.m)], axis=2)  # fmt: skip
+    G0 = deriv._kernel_gradient(np.ascontiguousarray(S), gamma)
+    h = 1e-7 * min(gamma, 1.0) if gamma else 1e-7
+    for c in range(prob.m):
+        Sc = S.copy()
+        Sc[:, c] += h
+        col = (deriv._kernel_gradient(np.ascontiguousarray(Sc), gamma) - G0) / h
+        np.testing.assert_allclose(dense[:, :, c], col, rtol=1e-5, atol=1e-6 / max(gamma, 1e-3))
+    np.testing.assert_allclose(curv.diagonal(), np.einsum("icc->ic", dense), atol=1e-12)
+
+
+def test_exact_step_finds_the_minimum_of_a_piecewise_quadratic():
+    """phi(t) = sum_j huber(a_j t - b_j): the line search returns phi's minimizer in (0, 1]."""
+    from topkbench.solvers.newton import _exact_step
+
+    rng = np.random.default_rng(4)
+    a, b = rng.standard_normal(50) * 10.0, rng.standard_normal(50)
+
+    def dphi(t, g=0.01):
+        z = a * t - b
+        return float(np.sum(a * np.clip(z / g, -1.0, 1.0))) + 0.1 * t
+
+    assert dphi(0.0) < 0.0 < dphi(1.0)
+    lo, hi = 0.0, 1.0  # the root of the monotone phi' by bisection
+    for _ in range(60):
+        lo, hi = ((lo + hi) / 2, hi) if dphi((lo + hi) / 2) < 0.0 else (lo, (lo + hi) / 2)
+    t = _exact_step(dphi, dphi(0.0))
+    assert abs(dphi(t)) <= 1e-3 * abs(dphi(0.0))
+    assert abs(t - lo) < 1e-3
+    assert _exact_step(lambda t: -1.0 + 0.5 * t, -1.0) == 1.0
+
+
+def test_nonsmooth_hinge_hands_over_by_predicted_epochs():
+    """A well-conditioned nonsmooth fit (C R^2 below the conditioning rule) that plain SDCA
+    would take longer than Newton's predicted cost to certify goes to Newton, and the result
+    certifies the gamma = 0 problem (P, D and gap of the original loss)."""
+    from solvers.test_multilabel_sdca import dual_value
+
+    from topkbench.solvers.accelerated import condition_number
+    from topkbench.solvers.sdca import ACCEL_MIN_CONDITION
+
+    X, Y = _multilabel_problem(seed=12, n=60)
+    X = X / np.sqrt((X**2).sum(axis=1).max()) * 10.0  # R^2 = 100
+    C = 2.0
+    prob = SDCAProblem(X, Y, gram=False, n_classes=6, loss_id=get_method("svm_ml").loss_id, k=1)
+    assert condition_number(prob, C, 0.0) < ACCEL_MIN_CONDITION
+    never = topkbench.fit(X, Y, "svm_ml", C=C, eps=1e-4, accelerate="never", max_epochs=20000,
+                          warn=False)  # fmt: skip
+    auto = topkbench.fit(X, Y, "svm_ml", C=C, eps=1e-4, max_epochs=20000, warn=False)
+    assert never.epochs > 200  # plain SDCA's sublinear tail
+    assert auto.converged and auto.info.get("newton_iterations", 0) > 0
+    assert auto.relative_gap <= 1e-4
+    assert auto.primal == pytest.approx(never.primal, rel=2e-4)
+    D = dual_value(X, Y.toarray(), auto.A, "svm_ml", 0.0, C)
+    assert D == pytest.approx(auto.dual, rel=1e-9)
+    again = topkbench.fit(X, Y, "svm_ml", C=C, eps=1e-4, max_epochs=20000, warn=False)
+    np.testing.assert_array_equal(again.A, auto.A)  # deterministic
+
+
+def test_warm_start_hands_newton_the_previous_primal():
+    """Along a C path, Newton starts from the previous model's W (and the last smoothing of
+    its continuation): few iterations per C, each fit certified."""
+    X, Y = _multilabel_problem(seed=13, n=80)
+    warm = None
+    iterations = []
+    for C in (1.0, 2.0, 4.0, 8.0):
+        model = topkbench.fit(X, Y, "lr_ml", C=C, eps=1e-6, warm_start=warm, warn=False)
+        assert model.converged and model.relative_gap <= 1e-6
+        iterations.append(model.info.get("newton_iterations", 0))
+        warm = model
+    cold = topkbench.fit(X, Y, "lr_ml", C=8.0, eps=1e-6, warn=False)
+    assert cold.info["newton_iterations"] > iterations[-1] >= 1
+    assert warm.primal == pytest.approx(cold.primal, rel=1e-5)

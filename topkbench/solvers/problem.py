@@ -20,7 +20,6 @@ from topkbench.losses import dispatch as _k
 from topkbench.losses import ids as _ids
 from topkbench.solvers import epochs as _e
 
-
 _BLAS = None  # threadpoolctl's controller, made on first use (it inspects the loaded libraries)
 
 

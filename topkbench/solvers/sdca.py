@@ -25,14 +25,20 @@ import numpy as np
 
 from topkbench.errors import ConvergenceWarning, SolverError
 from topkbench.losses import ids
-from topkbench.solvers.accelerated import condition_number, solve_accelerated
-from topkbench.solvers.newton import newton_applicable, solve_newton
+from topkbench.solvers.accelerated import condition_number, loss_smoothness, solve_accelerated
+from topkbench.solvers.newton import (
+    ANALYTIC_LOSSES,
+    newton_applicable,
+    newton_cost_epochs,
+    solve_newton,
+)
 from topkbench.solvers.problem import (
     Run,
     SDCAProblem,
     TracePoint,
     _active_set,
     auto_batch,
+    blas_threads,
     check_certificate,
     features_t_dot,
 )
@@ -66,6 +72,15 @@ ACCEL_MIN_CONDITION = 1000.0
 ACCEL_PREDICTED_FACTOR = 3.0
 
 
+# plain SDCA runs at least this many epochs on a well-conditioned nonsmooth problem before
+# its predicted remaining epochs are compared with Newton's cost
+NONSMOOTH_MIN_EPOCHS = 20
+# ... and only for eps at least this: the continuation's last smoothing is of the order of
+# eps, and below this its Hessians (curvature C R^2 / gamma) lose the digits the step needs,
+# so the run would end in plain SDCA anyway, from a worse dual
+NONSMOOTH_MIN_EPS = 1e-6
+
+
 ACCELERATE_MODES = ("auto", "catalyst", "newton", "never")
 
 
@@ -78,18 +93,33 @@ def _hand_over(run: Run, prob: SDCAProblem, accelerate: str, C: float, gamma: fl
     cond = condition_number(prob, C, gamma)
     if accelerate in ("catalyst", "newton"):
         return cond > 1.0
+    newton = newton_applicable(prob)
     if cond < ACCEL_MIN_CONDITION:
-        return False
-    if newton_applicable(prob):
+        # a nonsmooth loss converges sublinearly under plain SDCA even when well conditioned:
+        # hand it to Newton once plain SDCA is predicted to need more epochs than Newton's
+        # continuation costs
+        if not (newton and prob.loss_id in ANALYTIC_LOSSES and run.eps >= NONSMOOTH_MIN_EPS
+                and loss_smoothness(prob.loss_id, gamma) == 0.0):  # fmt: skip
+            return False
+        if run.epochs < NONSMOOTH_MIN_EPOCHS:
+            return False
+        return _predicted_epochs(run) > newton_cost_epochs(prob)
+    if newton:
         # Newton's cost does not grow with the conditioning: no need to watch plain SDCA
         return True
     if run.epochs < ACCEL_MIN_EPOCHS:
         return False
+    return _predicted_epochs(run) > ACCEL_PREDICTED_FACTOR * run.epochs
+
+
+def _predicted_epochs(run: Run) -> float:
+    """Epochs plain SDCA still needs to reach eps, extrapolating the decay per epoch of the
+    last two certificates (infinite if the gap did not decrease)."""
     prev, last = run.trace[-2], run.trace[-1]
     if not (last.relative_gap < prev.relative_gap) or last.epoch <= prev.epoch:
-        return True
+        return math.inf
     rate = math.log(prev.relative_gap / last.relative_gap) / (last.epoch - prev.epoch)
-    return math.log(last.relative_gap / run.eps) / rate > ACCEL_PREDICTED_FACTOR * run.epochs
+    return math.log(last.relative_gap / run.eps) / rate
 
 
 def solve_sdca(
@@ -216,9 +246,10 @@ def solve_sdca(
         if accelerate != "never" and _hand_over(run, prob, accelerate, C, gamma):
             newton = accelerate != "catalyst" and newton_applicable(prob)
             if newton:
-                status, A, W, primal, dual, gap, info = solve_newton(
-                    prob, run, A, C, gamma, W_start, gamma_start
-                )
+                with blas_threads(1):
+                    status, A, W, primal, dual, gap, info = solve_newton(
+                        prob, run, A, C, gamma, W_start, gamma_start
+                    )
             if not newton or status == "running":
                 # Newton stalled or failed: accelerated SDCA goes on from its gradient dual
                 newton_info = info if newton else {}
