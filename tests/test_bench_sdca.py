@@ -59,9 +59,12 @@ def test_convergence_study_reaches_eps_with_one_point_per_certificate():
         assert label_pts
     for label in {p.label for p in points}:
         pts = [p for p in points if p.label == label]
-        # the auto schedule: epoch 0, then 1, then strictly increasing
+        # the auto schedule: epoch 0, then 1, then increasing (a second-order phase that
+        # takes over certifies its own starting pair at the epoch it starts from)
         epochs = [p.epoch for p in pts]
-        assert epochs[:2] == [0, 1] and all(b > a for a, b in zip(epochs, epochs[1:], strict=False))
+        assert epochs[:2] == [0, 1]
+        assert all(b >= a for a, b in zip(epochs, epochs[1:], strict=False))
+        assert len(set(epochs)) >= len(epochs) - 1
         assert all(b.seconds >= a.seconds for a, b in zip(pts, pts[1:], strict=False))
         assert pts[-1].relative_gap <= 1e-3 < pts[0].relative_gap
 

@@ -272,9 +272,10 @@ def test_converged_status_and_certificate(data, method):
     trace = model.trace
     assert trace[0].epoch == 0 and trace[-1].epoch == model.epochs
     assert trace[-1].primal == model.primal and trace[-1].dual == model.dual
-    assert all(
-        p.dual <= q.dual + 1e-12 for p, q in zip(trace[:-1], trace[1:], strict=True)
-    )  # D ascends
+    if not {"newton_from_epoch", "accelerated_from_epoch"} & model.info.keys():
+        assert all(
+            p.dual <= q.dual + 1e-12 for p, q in zip(trace[:-1], trace[1:], strict=True)
+        )  # plain SDCA's D ascends (a second-order phase's gradient duals need not)
     assert all(p.dual <= p.primal + 1e-12 for p in trace)  # weak duality
     np.testing.assert_allclose(model.decision_function(X), X @ model.W, rtol=1e-12)
 

@@ -384,3 +384,76 @@ def bench_table5_cmd(
         f"{100 * (1 - warm.epochs / max(cold.epochs, 1)):.0f}% of the epochs"
     )
     sys.stderr.write(f"written: {out / 'table5.csv'}, {out / 'table5_letter_synth.md'}\n")
+
+
+@bench_app.command(
+    "protocol",
+    help=(
+        "Time a whole model-selection protocol as `topkbench sweep` runs it (every row, the "
+        "full C grid, folds, refits, certify stage) into a fresh results directory: wall and "
+        "CPU time, fits per second, time and solver phases per row (plain SDCA epochs, Newton "
+        "iterations, accelerated epochs), selected models certified. Example: bench protocol "
+        "experiment=table7 'experiment.datasets=[emotions,scene]' --linear"
+    ),
+)
+@handle_errors
+def bench_protocol_cmd(
+    overrides: list[str] = typer.Argument(
+        None, help="Hydra overrides, as for `topkbench sweep`; experiment=NAME is required"
+    ),
+    linear: bool = typer.Option(
+        False, "--linear", help="only the linear rows (drop the experiment's RBF rows)"
+    ),
+    row: list[str] = typer.Option(
+        None, "--row", help="only these rows, by their table name (repeatable)"
+    ),
+    n_jobs: int = typer.Option(2, help="worker processes"),
+    out: Path = OUT_OPT,
+) -> None:
+    setup_logging(False)
+    import json
+    from dataclasses import asdict, replace
+
+    import pandas as pd
+    from rich.console import Console
+    from rich.table import Table
+
+    from topkbench.bench.protocol import bench_protocol
+    from topkbench.cli.experiments import _available_datasets
+    from topkbench.config import ExperimentConfig
+    from topkbench.errors import ConfigError
+
+    exp = ExperimentConfig.from_dict(compose(list(overrides or []) + [f"n_jobs={n_jobs}"], "sweep"))
+    rows = tuple(r for r in exp.rows if not (linear and r.kernel == "rbf"))
+    if row:
+        unknown = sorted(set(row) - {r.row for r in rows})
+        if unknown:
+            raise ConfigError(
+                f"unknown row(s) {', '.join(unknown)}; available: " + ", ".join(r.row for r in rows)
+            )
+        rows = tuple(r for r in rows if r.row in row)
+    if not rows:
+        raise ConfigError(f"experiment {exp.name} has no row left to run")
+    exp = _available_datasets(replace(exp, rows=rows), skip_missing=False)
+    timing, report = bench_protocol(exp, out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / f"protocol_{exp.name}"
+    pd.DataFrame([asdict(r) for r in timing.rows]).to_csv(f"{stem}.csv", index=False)
+    summary = {k: v for k, v in asdict(timing).items() if k != "rows"}
+    summary["fits_per_second"] = timing.fits_per_second
+    Path(f"{stem}.json").write_text(json.dumps(summary, indent=2) + "\n")
+    Path(f"{stem}.md").write_text(report)
+    title = f"{exp.name} on {', '.join(timing.datasets)}, n_jobs = {timing.n_jobs}"
+    t = Table("dataset", "row", "fits", "fit s", "max fit s", "plain epochs", "Newton its",
+              "accel. epochs", "budget stops", title=title)  # fmt: skip
+    for r in timing.rows:
+        t.add_row(r.dataset, r.row, str(r.fits), f"{r.fit_seconds:.1f}",
+                  f"{r.max_fit_seconds:.2f}", str(r.plain_epochs), str(r.newton_iterations),
+                  str(r.accelerated_epochs), str(r.budget_stops))  # fmt: skip
+    Console().print(t)
+    typer.echo(
+        f"wall {timing.wall_seconds:.1f} s, CPU {timing.cpu_seconds:.1f} s, {timing.fits} fits "
+        f"({timing.fits_per_second:.1f} per second); selected models certified: "
+        f"{timing.certified} of {timing.selected}"
+    )
+    sys.stderr.write(f"written: {stem}.csv, {stem}.json, {stem}.md\n")

@@ -224,6 +224,7 @@ def make_record(
         "epochs": model.epochs,
         "train_seconds": model.train_seconds,
         "warm_started": warm_started,
+        **phase_counts(model),
         "n_train": int(data.X.shape[0]),
         "n_features": int(data.X.shape[1]),
         "n_classes": dataset.n_classes,
@@ -240,6 +241,14 @@ def make_record(
             for k, v in topk_accuracy(scores, ys, ks).items():
                 record[f"{split}_top{k}"] = v
     return record
+
+
+def phase_counts(model) -> dict[str, int]:
+    """The fit's epochs by solver phase (:func:`topkbench.solvers.sdca.phase_counts`); all
+    of a Frank-Wolfe or Ent_tr run counts as plain."""
+    from topkbench.solvers.sdca import phase_counts as counts
+
+    return counts(model.info, model.epochs)
 
 
 def certifiable(row: SweepRow, model) -> bool:

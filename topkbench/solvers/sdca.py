@@ -59,6 +59,19 @@ class SDCAResult:
     info: dict = field(default_factory=dict)  # the accelerated phase's parameters, if any
 
 
+def phase_counts(info: dict, epochs: int) -> dict[str, int]:
+    """How a fit's ``epochs`` split over its solver phases (plain SDCA, then possibly Newton,
+    then accelerated SDCA, then plain SDCA again; ``info`` as :func:`solve_sdca` returns it):
+    plain epochs, Newton iterations and accelerated epochs."""
+    newton = int(info.get("newton_iterations", 0))
+    accelerated = 0
+    if "accelerated_from_epoch" in info:
+        start = int(info["accelerated_from_epoch"])
+        accelerated = int(info.get("plain_from_epoch", epochs)) - start
+    return {"plain_epochs": int(epochs) - newton - accelerated, "newton_iterations": newton,
+            "accelerated_epochs": accelerated}  # fmt: skip
+
+
 # Plain SDCA hands over to the accelerated solver (accelerate="auto") after at least this many
 # epochs, when the condition number C R^2 / mu is at least ACCEL_MIN_CONDITION and the last
 # two certificates predict that plain SDCA needs ACCEL_PREDICTED_FACTOR times more epochs again
