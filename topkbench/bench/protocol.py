@@ -93,7 +93,13 @@ def bench_protocol(exp, out_dir, progress=None) -> tuple[ProtocolTiming, str]:
     for col in ("newton_iterations", "accelerated_epochs", "plain_epochs"):
         if col not in recs:
             recs[col] = 0
-    for (ds, row), g in recs.groupby(["dataset", "row"], sort=False):
+    groups = dict(list(recs.groupby(["dataset", "row"], sort=False)))
+    order = [(d.name, r) for d in exp.datasets for r in dict.fromkeys(r.row for r in exp.rows)]
+    order += [key for key in groups if key not in order]  # rows that expand to variants
+    for ds, row in order:
+        if (ds, row) not in groups:
+            continue
+        g = groups[(ds, row)]
         timing.rows.append(
             RowTiming(
                 dataset=str(ds), row=str(row), fits=len(g),
