@@ -369,3 +369,44 @@ def test_warm_start_hands_newton_the_previous_primal():
     cold = topkbench.fit(X, Y, "lr_ml", C=8.0, eps=1e-6, warn=False)
     assert cold.info["newton_iterations"] > iterations[-1] >= 1
     assert warm.primal == pytest.approx(cold.primal, rel=1e-5)
+
+
+@pytest.mark.parametrize("method,gamma,k", [("topk_svm_beta", 0.5, 2), ("topk_svm_alpha", 0.3, 3),
+                                            ("topk_svm_alpha_pseudo", 0.5, 2),
+                                            ("svm_multi", 0.05, 1)])  # fmt: skip
+def test_support_hessians_equal_the_dense_ones(problem_factory, method, gamma, k):
+    """The hinges' Hessians on their gradient's support (the compiled differences along the
+    support only, or the analytic structured form) equal the dense per-example matrices, and
+    the compiled one-pass assembly equals the class-pair products."""
+    X, y = problem_factory(n=40, d=3, m=6, seed=17)
+    prob = SDCAProblem(ill_conditioned(X), y, gram=False, n_classes=6,
+                       loss_id=get_method(method).loss_id, k=k)  # fmt: skip
+    rng = np.random.default_rng(6)
+    W = rng.standard_normal((3, 6)) * np.array([[30.0], [1.0], [0.1]])
+    deriv = _Derivatives(prob)
+    G = deriv.gradient(prob.scores(W), gamma)
+    assert 0 < (G != 0.0).sum(axis=1).mean() < 6  # supports are proper subsets here
+    tptr, tidx, hptr, hvals = deriv.support_blocks(0, prob.n)
+    if method == "svm_multi":  # analytic: the structured form's matrices
+        curv = deriv.curvature(0, prob.n)
+        dense = np.stack([curv.apply(np.tile(np.eye(6)[c], (prob.n, 1))) for c in range(6)], 2)
+    else:
+        dense = deriv._difference_hessians(0, prob.n)
+    for i in range(prob.n):
+        T = tidx[tptr[i] : tptr[i + 1]]
+        block = hvals[hptr[i] : hptr[i + 1]].reshape(T.size, T.size)
+        full = np.zeros((6, 6))
+        full[np.ix_(T, T)] = block
+        np.testing.assert_allclose(full, dense[i], rtol=1e-6, atol=1e-6 / gamma)
+    sparse_H = _hessian(prob.X, deriv, 0.7, 6, weights=np.linspace(0.5, 2.0, prob.n))
+
+    class Dense:  # the same derivatives through the class-pair products
+        sparse_support = False
+
+        def curvature(self, a, b):
+            from topkbench.solvers.newton import Curvature
+
+            return Curvature(None, (), dense[a:b])
+
+    dense_H = _hessian(prob.X, Dense(), 0.7, 6, weights=np.linspace(0.5, 2.0, prob.n))
+    np.testing.assert_allclose(sparse_H, dense_H, rtol=1e-6, atol=1e-6 * np.abs(dense_H).max())

@@ -85,7 +85,12 @@ from scipy.special import expit, logsumexp
 
 from topkbench.losses import dispatch as _k
 from topkbench.losses import ids
+from topkbench.losses.topk_hinge import is_hinge
 from topkbench.solvers.accelerated import first_stage_gamma, next_stage_gamma
+from topkbench.solvers.hessian_kernels import (
+    assemble_support_hessian,
+    structured_support_blocks,
+)
 from topkbench.solvers.problem import Run, SDCAProblem, features_t_dot, relative_gap
 
 # the Hessian is (d m)^2 doubles and costs about n m^2 d^2 flops per iteration
@@ -341,6 +346,38 @@ class _Derivatives:
         second /= np.sqrt(np.maximum(n_off, 1))[:, None]
         return Curvature(support / gamma, ((-1.0, first * root), (-1.0, second * root)))
 
+    @property
+    def sparse_support(self) -> bool:
+        """Whether each H_i lives on the support of the example's gradient (the hinges: their
+        gradient is a projection onto a polytope), so that :meth:`support_blocks` applies."""
+        return is_hinge(self.loss_id) or self.loss_id == ids.LOSS_SVM_ML
+
+    def support_blocks(self, a: int, b: int):
+        """The Hessians of rows ``a:b`` on their supports, as :func:`~topkbench.solvers.
+        hessian_kernels.assemble_support_hessian` takes them: ``(tptr, tidx, hptr, hvals)``.
+        Analytic losses restrict their structured form; the others difference the gradient
+        along the support coordinates only (:func:`~topkbench.losses.dispatch.
+        support_hessians`)."""
+        if self.loss_id in ANALYTIC_LOSSES:
+            curv = self.curvature(a, b)
+            U = np.stack([u for _, u in curv.terms]) if curv.terms else np.zeros((0, b - a, 0))
+            mask = (curv.diag != 0.0) | (U != 0.0).any(axis=0)
+            tptr, tidx, hptr = _support_index(mask)
+            hvals = np.empty(hptr[-1])
+            signs = np.array([sg for sg, _ in curv.terms], dtype=np.float64)
+            structured_support_blocks(curv.diag, U, signs, tptr, tidx, hptr, hvals)
+            return tptr, tidx, hptr, hvals
+        S, gamma, G = self.state
+        tptr, tidx, hptr = _support_index(G[a:b] != 0.0)
+        hvals = np.empty(hptr[-1])
+        yptr, yidx = self.y
+        self.failures += _k.support_hessians(
+            np.ascontiguousarray(S[a:b]), yptr[a : b + 1] - yptr[a], yidx[yptr[a] : yptr[b]],
+            self.loss_id, gamma, self.k, self.rho, np.ascontiguousarray(G[a:b]),
+            self._fd_step(gamma), tptr, tidx, hptr, hvals,
+        )  # fmt: skip
+        return tptr, tidx, hptr, hvals
+
     def _difference_hessians(self, a: int, b: int):
         """Forward differences of the kernels' gradient along each score.  The smoothed
         hinges' gradient is piecewise linear (a projection), so off a kink the difference is
@@ -375,6 +412,17 @@ class _Derivatives:
         return (self._kernel_gradient(np.ascontiguousarray(S + h * T), gamma) - G) / h
 
 
+def _support_index(mask):
+    """``(tptr, tidx, hptr)`` of the supports ``mask`` (rows x m, bool): row i's classes are
+    ``tidx[tptr[i]:tptr[i+1]]``, its block starts at ``hptr[i]``."""
+    counts = mask.sum(axis=1)
+    tptr = np.zeros(mask.shape[0] + 1, dtype=np.int64)
+    np.cumsum(counts, out=tptr[1:])
+    hptr = np.zeros(mask.shape[0] + 1, dtype=np.int64)
+    np.cumsum(counts * counts, out=hptr[1:])
+    return tptr, np.nonzero(mask)[1].astype(np.int64), hptr
+
+
 def _dense_rows(X, a: int, b: int) -> np.ndarray:
     return X[a:b].toarray() if sp.issparse(X) else np.asarray(X[a:b], dtype=np.float64)
 
@@ -391,6 +439,19 @@ def _hessian(X, deriv: _Derivatives, C: float, m: int, weights=None) -> np.ndarr
     n, d = X.shape
     H = np.zeros((m * d, m * d))
     rows = max(1, HESSIAN_ENTRIES // (m * m + m * d))
+    if deriv.sparse_support:
+        for a in range(0, n, rows):
+            b = min(a + rows, n)
+            w = np.ones(b - a) if weights is None else np.ascontiguousarray(weights[a:b])
+            assemble_support_hessian(_dense_rows(X, a, b), w, *deriv.support_blocks(a, b), H)
+        # the kernel fills the blocks (c, c') with c <= c': mirror the strictly upper ones
+        upper = H.copy()
+        for c in range(m):
+            upper[c * d : (c + 1) * d, c * d : (c + 1) * d] = 0.0
+        H += upper.T
+        H *= C
+        H[np.diag_indices_from(H)] += 1.0
+        return H
     for a in range(0, n, rows):
         b = min(a + rows, n)
         Xb = _dense_rows(X, a, b)
