@@ -127,7 +127,8 @@ def test_nonsmooth_hinge_continues_to_gamma_zero(problem_factory):
 
 
 def test_not_applicable_falls_back_to_catalyst(problem_factory):
-    """A Gram matrix, or d m above NEWTON_MAX_DIM, leaves the run to accelerated SDCA."""
+    """A Gram matrix, or d m above NEWTON_MAX_DIM for a loss Newton-CG does not take (the
+    smoothed hinges), leaves the run to accelerated SDCA; LR^Multi there takes Newton-CG."""
     X, y = problem_factory(n=30, d=3, m=5, seed=46)
     X = ill_conditioned(X)
     kw = dict(C=10.0, eps=1e-6, max_epochs=50, warn=False, accelerate="newton")
@@ -135,8 +136,10 @@ def test_not_applicable_falls_back_to_catalyst(problem_factory):
     assert "accelerated_from_epoch" in kernel.info and "newton_from_epoch" not in kernel.info
     wide = np.hstack([X] * (NEWTON_MAX_DIM // 15 + 1))
     assert wide.shape[1] * 5 > NEWTON_MAX_DIM
-    model = topkbench.fit(wide, y, "lr_multi", **kw)
+    model = topkbench.fit(wide, y, "svm_multi", gamma=0.5, **kw)
     assert "accelerated_from_epoch" in model.info and "newton_from_epoch" not in model.info
+    model = topkbench.fit(wide, y, "lr_multi", **kw)
+    assert model.converged and "newton_from_epoch" in model.info
 
 
 GRADIENT_CASES = [("topk_svm_alpha", 0.5, 2), ("topk_svm_alpha_pseudo", 0.5, 3),
@@ -410,3 +413,36 @@ def test_support_hessians_equal_the_dense_ones(problem_factory, method, gamma, k
 
     dense_H = _hessian(prob.X, Dense(), 0.7, 6, weights=np.linspace(0.5, 2.0, prob.n))
     np.testing.assert_allclose(sparse_H, dense_H, rtol=1e-6, atol=1e-6 * np.abs(dense_H).max())
+
+
+@pytest.mark.parametrize("method", ["lr_multi", "lr_ova"])
+@pytest.mark.parametrize("sparse", [False, True])
+def test_newton_cg_matches_cvxpy_on_ill_conditioned_features(problem_factory, monkeypatch,
+                                                            method, sparse):  # fmt: skip
+    """Above the dense limit (lowered here) the logistic losses take Newton-CG steps; on
+    badly scaled columns, dense and CSR, the certified optimum is cvxpy's, and P and D are
+    the kernels' values of the returned pair."""
+    import cvxpy as cp
+
+    import topkbench.solvers.newton as newton
+
+    monkeypatch.setattr(newton, "NEWTON_MAX_DIM", 1)
+    X, y = problem_factory(n=40, d=3, m=4, seed=23, sparse=sparse)
+    X = ill_conditioned(X)
+    C = 5.0
+    model = topkbench.fit(X, y, method, C=C, eps=1e-8, accelerate="newton", warn=False)
+    assert model.converged and model.info["newton_iterations"] > 0
+    Xd = X.toarray() if sp.issparse(X) else X
+    W = cp.Variable((3, 4))
+    S = Xd @ W
+    Yo = np.eye(4)[y]
+    if method == "lr_multi":
+        loss = cp.sum(cp.log_sum_exp(S, axis=1)) - cp.sum(cp.multiply(Yo, S))
+    else:
+        loss = cp.sum(cp.logistic(cp.multiply(1.0 - 2.0 * Yo, S)))
+    prob = cp.Problem(cp.Minimize(0.5 * cp.sum_squares(W) + C * loss))
+    prob.solve(solver=cp.CLARABEL)
+    assert model.primal == pytest.approx(prob.value / (C * 40), rel=1e-6)
+    P, D = SDCAProblem(X, y, gram=False, n_classes=4, loss_id=get_method(method).loss_id,
+                       k=1).objective(model.A, np.asarray(X.T @ model.A), C, 0.0)  # fmt: skip
+    assert D == pytest.approx(model.dual, rel=1e-10)
