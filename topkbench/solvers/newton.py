@@ -99,6 +99,8 @@ NEWTON_MAX_DIM = 1024
 # typically takes, and how much faster per flop its dense products run than an epoch
 NEWTON_ITERATIONS = 30
 BLAS3_SPEEDUP = 4.0
+# how much dearer per flop the compiled one-pass Hessian assembly runs than BLAS's products
+PAIRWISE_SLOWDOWN = 4.0
 # Newton-CG (:func:`_cg_direction`): the residual it stops at, relative to the gradient, and
 # its budget of Hessian-vector products per Newton iteration
 CG_FORCING = 0.1
@@ -372,6 +374,23 @@ class _Derivatives:
         gradient is a projection onto a polytope), so that :meth:`support_blocks` applies."""
         return is_hinge(self.loss_id) or self.loss_id == ids.LOSS_SVM_ML
 
+    def pairwise_cheaper(self, d: int, m: int) -> bool:
+        """Whether the one-pass assembly on the supports (:meth:`support_blocks`) costs less
+        than the structured form's symmetric products (analytic losses only; the others
+        have no such form).  Pairwise: ``sum_i t_i (t_i + 1) / 2 d^2`` flops in compiled
+        loops, :data:`PAIRWISE_SLOWDOWN` times dearer per flop than the BLAS; structured:
+        ``(d m)^2 / 2`` per rank-one term and example with a gradient."""
+        if self.loss_id not in ANALYTIC_LOSSES:
+            return True
+        if self.loss_id == ids.LOSS_SVM_ML:
+            t, terms = (self.state[2] != 0.0).sum(axis=1), 2
+        else:  # SVM^Multi_gamma: the support of v, and the label
+            t, terms = self.state[0].sum(axis=1), 3
+            t = t + (t > 0)
+        pairwise = PAIRWISE_SLOWDOWN * float((t * (t + 1)).sum()) / 2.0 * d * d
+        structured = terms * float((t > 0).sum()) * (d * m) ** 2 / 2.0
+        return pairwise < structured
+
     def support_blocks(self, a: int, b: int):
         """The Hessians of rows ``a:b`` on their supports, as :func:`~topkbench.solvers.
         hessian_kernels.assemble_support_hessian` takes them: ``(tptr, tidx, hptr, hvals)``.
@@ -459,7 +478,7 @@ def _hessian(X, deriv: _Derivatives, C: float, m: int, weights=None) -> np.ndarr
     n, d = X.shape
     H = np.zeros((m * d, m * d))
     rows = max(1, HESSIAN_ENTRIES // (m * m + m * d))
-    if deriv.sparse_support:
+    if deriv.sparse_support and deriv.pairwise_cheaper(d, m):
         for a in range(0, n, rows):
             b = min(a + rows, n)
             w = np.ones(b - a) if weights is None else np.ascontiguousarray(weights[a:b])
