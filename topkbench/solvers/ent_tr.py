@@ -19,31 +19,79 @@ A thousand such steps usually stop far from a local optimum, close to the LR^Mul
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
 import numpy as np
 import scipy.optimize as so
+from numba import njit
 
+from topkbench.prox.vecmath import exp_shifted, vmax, vsum
 from topkbench.solvers.problem import TracePoint
 
 
 def ent_tr_loss_and_grad(S: np.ndarray, y: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per-example losses (n,) and their gradients with respect to the scores (n x m)."""
-    n, m = S.shape
-    rows = np.arange(n)
-    A = S - S[rows, y][:, None]
-    A[rows, y] = -np.inf
-    if k > 1:
-        top = np.argpartition(-A, k - 2, axis=1)[:, : k - 1]
-        A[rows[:, None], top] = -np.inf
-    mx = np.maximum(A.max(axis=1), 0.0)
-    E = np.exp(A - mx[:, None])
-    Z = np.exp(-mx) + E.sum(axis=1)
-    losses = mx + np.log(Z)
-    G = E / Z[:, None]
-    G[rows, y] = -G.sum(axis=1)
+    """Per-example losses (n,) and their gradients with respect to the scores (n x m).
+
+    With ``a_j = f_j - f_y``, J the off-label classes but the ``k - 1`` largest ``a_j``, and
+    ``mu = max(0, max_J a_j)``: ``L = mu + log(e^-mu + sum_J e^(a_j - mu))``, ``dL/df_j =
+    e^(a_j - mu) / Z`` on J, 0 on the dropped classes, and minus their sum at y."""
+    S = np.ascontiguousarray(S, dtype=np.float64)
+    losses = np.empty(S.shape[0])
+    G = np.empty_like(S)
+    _ent_tr_rows(S, np.ascontiguousarray(y, dtype=np.int64), int(k), losses, G)
     return losses, G
+
+
+@njit(cache=True)
+def _ent_tr_rows(S, y, k, losses, G):
+    """:func:`ent_tr_loss_and_grad` row by row: the ``k - 1`` largest off-label margins by
+    insertion into a short sorted list (ties keep the class seen first), then the maximum,
+    the exponentials and their sum as vector loops (:mod:`topkbench.prox.vecmath`)."""
+    n, m = S.shape
+    top = np.empty(max(k - 1, 1), dtype=np.int64)
+    topv = np.empty(max(k - 1, 1))
+    buf = np.empty(m)
+    ex = np.empty(m)
+    tmp = np.empty(m)
+    for i in range(n):
+        yi = y[i]
+        sy = S[i, yi]
+        for j in range(m):
+            buf[j] = S[i, j] - sy
+        nt = 0
+        if k > 1:
+            for j in range(m):
+                if j == yi:
+                    continue
+                a = buf[j]
+                if nt < k - 1:
+                    p = nt
+                    nt += 1
+                elif a > topv[nt - 1]:
+                    p = nt - 1
+                else:
+                    continue
+                while p > 0 and a > topv[p - 1]:
+                    top[p] = top[p - 1]
+                    topv[p] = topv[p - 1]
+                    p -= 1
+                top[p] = j
+                topv[p] = a
+        buf[yi] = -np.inf
+        for p in range(nt):
+            buf[top[p]] = -np.inf
+        mx = max(vmax(buf, m), 0.0)
+        exp_shifted(buf, mx, m, ex, tmp)
+        Z = math.exp(-mx) + vsum(ex, m)
+        losses[i] = mx + math.log(Z)
+        inv = 1.0 / Z
+        total = 0.0
+        for j in range(m):
+            G[i, j] = ex[j] * inv
+            total += G[i, j]
+        G[i, yi] = -total
 
 
 GD_EPS = 1e-3  # the authors' stopping rule: ||grad F||_2 <= GD_EPS (F's own scale)
