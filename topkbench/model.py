@@ -16,8 +16,9 @@ from topkbench.errors import ConfigError, ConvergenceWarning, InputError
 from topkbench.feature_map import FeatureMap
 from topkbench.gram import check_gram
 from topkbench.losses.registry import get_method
+from topkbench.solvers.plan import ACCELERATE_MODES
 from topkbench.solvers.problem import TracePoint
-from topkbench.solvers.sdca import ACCELERATE_MODES, solve_sdca
+from topkbench.solvers.sdca import solve_sdca
 from topkbench.validation import (
     check_choice,
     check_eval_every,

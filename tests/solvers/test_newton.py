@@ -338,7 +338,7 @@ def test_nonsmooth_hinge_hands_over_by_predicted_epochs():
     from solvers.test_multilabel_sdca import dual_value
 
     from topkbench.solvers.accelerated import condition_number
-    from topkbench.solvers.sdca import ACCEL_MIN_CONDITION
+    from topkbench.solvers.plan import ACCEL_MIN_CONDITION
 
     X, Y = _multilabel_problem(seed=12, n=60)
     X = X / np.sqrt((X**2).sum(axis=1).max()) * 10.0  # R^2 = 100
@@ -446,3 +446,25 @@ def test_newton_cg_matches_cvxpy_on_ill_conditioned_features(problem_factory, mo
     P, D = SDCAProblem(X, y, gram=False, n_classes=4, loss_id=get_method(method).loss_id,
                        k=1).objective(model.A, np.asarray(X.T @ model.A), C, 0.0)  # fmt: skip
     assert D == pytest.approx(model.dual, rel=1e-10)
+
+
+def test_plan_names_each_shapes_phases():
+    """The printed plan follows the hand-over rules: dense Newton for small d m (with the
+    nonsmooth rule for the analytic hinges), Newton-CG for the logistic losses above the
+    dense limit, accelerated SDCA for the smoothed hinges there and for Gram matrices."""
+    from topkbench.solvers.plan import describe, plan
+
+    lid = {name: get_method(name).loss_id for name in ("lr_ml", "svm_ml", "topk_svm_beta")}
+    emotions = describe(plan("features", 72, 6, lid["svm_ml"], 0.0))
+    assert emotions.startswith("plain") and "-> newton (" in emotions
+    assert "predicted epochs" in emotions and "smoothing continuation" in emotions
+    assert "predicted epochs" not in describe(plan("features", 16, 26, lid["topk_svm_beta"], 0.0))
+    scene_lr = plan("features", 294, 6, lid["lr_ml"], 0.0)
+    assert [p.name for p in scene_lr] == ["plain", "newton-cg", "accelerated", "plain"]
+    scene_svm = plan("features", 294, 6, lid["svm_ml"], 1.0)
+    assert [p.name for p in scene_svm] == ["plain", "accelerated", "plain"]
+    assert [p.name for p in plan("gram", 0, 6, lid["lr_ml"], 0.0)] == ["plain", "accelerated",
+                                                                        "plain"]  # fmt: skip
+    assert [p.name for p in plan("features", 72, 6, lid["lr_ml"], 0.0, "never")] == ["plain"]
+    assert [p.name for p in plan("features", 72, 6, lid["lr_ml"], 0.0, "catalyst")] == [
+        "plain", "accelerated", "plain"]  # fmt: skip

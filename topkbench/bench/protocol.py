@@ -28,6 +28,7 @@ class RowTiming:
     accelerated_epochs: int
     budget_stops: int  # fits stopped on their budget (before the certify stage)
     max_fit_seconds: float
+    plan: str = ""  # the solver phases a fit of this row may go through (solvers/plan.py)
 
 
 @dataclass
@@ -45,6 +46,22 @@ class ProtocolTiming:
     @property
     def fits_per_second(self) -> float:
         return self.fits / self.wall_seconds if self.wall_seconds > 0 else float("nan")
+
+
+def row_plan(record, eps: float) -> str:
+    """The solver plan of a row's fits, from one of its records (method, gamma, shapes,
+    kernel): :func:`topkbench.solvers.plan.plan` for the SDCA methods."""
+    from topkbench.experiments.plan import ACCELERATE
+    from topkbench.losses.registry import get_method
+    from topkbench.solvers.plan import describe, plan
+
+    spec = get_method(record["method"])
+    if spec.solver != "sdca" or str(record.get("fw") or "nan") not in ("nan", "None"):
+        return {"lbfgs": "L-BFGS or gradient descent from LR^Multi"}.get(spec.solver, spec.solver)
+    kind = "gram" if str(record.get("kernel")) == "rbf" else "features"
+    phases = plan(kind, int(record["n_features"]), int(record["n_classes"]), spec.loss_id,
+                  float(record["gamma"]), ACCELERATE, eps)  # fmt: skip
+    return describe(phases)
 
 
 def _cpu_seconds() -> float:
@@ -109,6 +126,7 @@ def bench_protocol(exp, out_dir, progress=None) -> tuple[ProtocolTiming, str]:
                 accelerated_epochs=int(g["accelerated_epochs"].fillna(0).sum()),
                 budget_stops=int((g["status"] != "converged").sum()),
                 max_fit_seconds=float(g["train_seconds"].max()),
+                plan=row_plan(g.iloc[0], exp.eps),
             )
         )  # fmt: skip
     return timing, report.markdown

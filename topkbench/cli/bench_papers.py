@@ -451,6 +451,8 @@ def bench_protocol_cmd(
                   f"{r.max_fit_seconds:.2f}", str(r.plain_epochs), str(r.newton_iterations),
                   str(r.accelerated_epochs), str(r.budget_stops))  # fmt: skip
     Console().print(t)
+    for r in timing.rows:
+        typer.echo(f"plan of {r.dataset} {r.row}: {r.plan}")
     typer.echo(
         f"wall {timing.wall_seconds:.1f} s, CPU {timing.cpu_seconds:.1f} s, {timing.fits} fits "
         f"({timing.fits_per_second:.1f} per second); selected models certified: "

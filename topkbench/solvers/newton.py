@@ -145,17 +145,9 @@ LINE_SEARCH_TOL = 1e-3
 LINE_SEARCH_ITERATIONS = 30
 
 
-def newton_applicable(prob: SDCAProblem) -> bool:
-    """Features (not a Gram matrix) with ``d m <= NEWTON_MAX_DIM`` (the Hessian is formed and
-    factored), or, for the smooth losses of :data:`NEWTON_CG_LOSSES`, any ``d m`` (Newton-CG,
-    :func:`_cg_direction`)."""
-    if prob.kind == "gram":
-        return False
-    return dense_newton(prob) or prob.loss_id in NEWTON_CG_LOSSES
-
-
 def dense_newton(prob: SDCAProblem) -> bool:
-    """Whether Newton's steps form and factor the ``d m x d m`` Hessian (else Newton-CG)."""
+    """Whether Newton's steps form and factor the ``d m x d m`` Hessian (else Newton-CG;
+    which problems take which is :func:`topkbench.solvers.plan.second_order`)."""
     return prob.X.shape[1] * prob.m <= NEWTON_MAX_DIM
 
 

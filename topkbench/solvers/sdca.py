@@ -16,7 +16,6 @@ reference implementation can follow it step for step.
 
 from __future__ import annotations
 
-import math
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -25,13 +24,9 @@ import numpy as np
 
 from topkbench.errors import ConvergenceWarning, SolverError
 from topkbench.losses import ids
-from topkbench.solvers.accelerated import condition_number, loss_smoothness, solve_accelerated
-from topkbench.solvers.newton import (
-    ANALYTIC_LOSSES,
-    newton_applicable,
-    newton_cost_epochs,
-    solve_newton,
-)
+from topkbench.solvers.accelerated import solve_accelerated
+from topkbench.solvers.newton import solve_newton
+from topkbench.solvers.plan import ACCELERATE_MODES, hand_over, takes_newton
 from topkbench.solvers.problem import (
     Run,
     SDCAProblem,
@@ -70,69 +65,6 @@ def phase_counts(info: dict, epochs: int) -> dict[str, int]:
         accelerated = int(info.get("plain_from_epoch", epochs)) - start
     return {"plain_epochs": int(epochs) - newton - accelerated, "newton_iterations": newton,
             "accelerated_epochs": accelerated}  # fmt: skip
-
-
-# Plain SDCA hands over to the accelerated solver (accelerate="auto") after at least this many
-# epochs, when the condition number C R^2 / mu is at least ACCEL_MIN_CONDITION and the last
-# two certificates predict that plain SDCA needs ACCEL_PREDICTED_FACTOR times more epochs again
-# than it has run.
-ACCEL_MIN_EPOCHS = 50
-
-
-ACCEL_MIN_CONDITION = 1000.0
-
-
-ACCEL_PREDICTED_FACTOR = 3.0
-
-
-# plain SDCA runs at least this many epochs on a well-conditioned nonsmooth problem before
-# its predicted remaining epochs are compared with Newton's cost
-NONSMOOTH_MIN_EPOCHS = 20
-# ... and only for eps at least this: the continuation's last smoothing is of the order of
-# eps, and below this its Hessians (curvature C R^2 / gamma) lose the digits the step needs,
-# so the run would end in plain SDCA anyway, from a worse dual
-NONSMOOTH_MIN_EPS = 1e-6
-
-
-ACCELERATE_MODES = ("auto", "catalyst", "newton", "never")
-
-
-def _hand_over(run: Run, prob: SDCAProblem, accelerate: str, C: float, gamma: float) -> bool:
-    """Whether plain SDCA stops here and the accelerated solver takes over (see
-    :mod:`topkbench.solvers.accelerated` for the condition number)."""
-
-    if accelerate == "never" or run.n == 0:
-        return False
-    cond = condition_number(prob, C, gamma)
-    if accelerate in ("catalyst", "newton"):
-        return cond > 1.0
-    newton = newton_applicable(prob)
-    if cond < ACCEL_MIN_CONDITION:
-        # a nonsmooth loss converges sublinearly under plain SDCA even when well conditioned:
-        # hand it to Newton once plain SDCA is predicted to need more epochs than Newton's
-        # continuation costs
-        if not (newton and prob.loss_id in ANALYTIC_LOSSES and run.eps >= NONSMOOTH_MIN_EPS
-                and loss_smoothness(prob.loss_id, gamma) == 0.0):  # fmt: skip
-            return False
-        if run.epochs < NONSMOOTH_MIN_EPOCHS:
-            return False
-        return _predicted_epochs(run) > newton_cost_epochs(prob)
-    if newton:
-        # Newton's cost does not grow with the conditioning: no need to watch plain SDCA
-        return True
-    if run.epochs < ACCEL_MIN_EPOCHS:
-        return False
-    return _predicted_epochs(run) > ACCEL_PREDICTED_FACTOR * run.epochs
-
-
-def _predicted_epochs(run: Run) -> float:
-    """Epochs plain SDCA still needs to reach eps, extrapolating the decay per epoch of the
-    last two certificates (infinite if the gap did not decrease)."""
-    prev, last = run.trace[-2], run.trace[-1]
-    if not (last.relative_gap < prev.relative_gap) or last.epoch <= prev.epoch:
-        return math.inf
-    rate = math.log(prev.relative_gap / last.relative_gap) / (last.epoch - prev.epoch)
-    return math.log(last.relative_gap / run.eps) / rate
 
 
 def solve_sdca(
@@ -194,19 +126,12 @@ def solve_sdca(
     gap, so shrinking never certifies a point that is not eps-optimal (cf. liblinear's
     shrinking, which it re-checks at the end).
 
-    Acceleration (``accelerate``): ``"never"`` runs plain SDCA.  ``"auto"`` hands an
-    ill-conditioned problem (:data:`ACCEL_MIN_CONDITION`) to Newton's method in the primal
-    after the first certificate where Newton applies
-    (:func:`topkbench.solvers.newton.newton_applicable`: features with small ``d m``), and
-    otherwise to accelerated SDCA
-    (:func:`topkbench.solvers.accelerated.solve_accelerated`) once plain SDCA, after
-    :data:`ACCEL_MIN_EPOCHS` epochs, is predicted by its last two certificates to need more
-    epochs again than it has run.  A well-conditioned problem
-    thus runs exactly as plain SDCA.  ``"catalyst"`` and ``"newton"`` force that phase after
-    the first certificate whenever the condition number exceeds 1 (``"newton"`` only where it
-    applies, accelerated SDCA elsewhere).  Every phase certifies the same problem with the
-    same gap.  A Newton phase that stalls hands its dual to accelerated SDCA, and an
-    accelerated phase that cannot go on hands it to plain SDCA.
+    Acceleration (``accelerate``: ``"auto"``, ``"catalyst"``, ``"newton"`` or ``"never"``):
+    the phases a run may go through and the rules that hand it from one to the next are
+    :mod:`topkbench.solvers.plan`'s (plain SDCA, Newton or Newton-CG in the primal,
+    accelerated SDCA, plain SDCA again); ``"never"`` is plain SDCA throughout.  Every phase
+    certifies the same problem with the same gap.  ``W_start`` and ``gamma_start`` (a warm
+    model's primal point and last continuation smoothing) are where a Newton phase may start.
     """
     if sample_weight is not None:
         sample_weight = np.asarray(sample_weight, dtype=np.float64)
@@ -256,8 +181,8 @@ def solve_sdca(
         if budget is not None:
             status = budget
             break
-        if accelerate != "never" and _hand_over(run, prob, accelerate, C, gamma):
-            newton = accelerate != "catalyst" and newton_applicable(prob)
+        if accelerate != "never" and hand_over(run, prob, accelerate, C, gamma):
+            newton = takes_newton(prob, accelerate)
             if newton:
                 with blas_threads(1):
                     status, A, W, primal, dual, gap, info = solve_newton(

@@ -1,0 +1,167 @@
+"""The solver phases of an SDCA fit and the rules that hand a run from one to the next: the
+one place where they are decided (DESIGN §5, "Cost model").
+
+A run starts in plain SDCA.  At a certificate it may hand over to a second-order phase
+(Newton with the formed Hessian when ``d m`` is small, Newton-CG for the logistic losses
+above that) or to accelerated SDCA (Catalyst); a Newton phase that stalls hands its dual to
+accelerated SDCA, and an accelerated phase that reaches its ratio limit hands it back to
+plain SDCA.  Every phase certifies the same problem with the same duality gap, so a hand-over
+never changes what is certified, only how fast.
+
+:func:`hand_over` is the rule, :func:`second_order` which second-order phase applies, and
+:func:`plan` the phases a run of a given shape may go through, with their rules, as the
+benchmarks print them.  The rules are deterministic: they read the problem's shape and
+conditioning and the run's certificates, never the clock.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from topkbench.solvers.accelerated import condition_number, loss_smoothness
+from topkbench.solvers.newton import (
+    ANALYTIC_LOSSES,
+    NEWTON_CG_LOSSES,
+    NEWTON_MAX_DIM,
+    newton_cost_epochs,
+)
+from topkbench.solvers.problem import Run, SDCAProblem
+
+ACCELERATE_MODES = ("auto", "catalyst", "newton", "never")
+# plain SDCA hands over to accelerated SDCA (accelerate="auto") after at least this many
+# epochs, when the condition number C R^2 / mu is at least ACCEL_MIN_CONDITION and the last
+# two certificates predict that plain SDCA needs ACCEL_PREDICTED_FACTOR times more epochs
+# again than it has run
+ACCEL_MIN_EPOCHS = 50
+ACCEL_MIN_CONDITION = 1000.0
+ACCEL_PREDICTED_FACTOR = 3.0
+# plain SDCA runs at least this many epochs on a well-conditioned nonsmooth problem before
+# its predicted remaining epochs are compared with Newton's cost ...
+NONSMOOTH_MIN_EPOCHS = 20
+# ... and only for eps at least this: the continuation's last smoothing is of the order of
+# eps, and below this its Hessians (curvature C R^2 / gamma) lose the digits the step needs,
+# so the run would end in plain SDCA anyway, from a worse dual
+NONSMOOTH_MIN_EPS = 1e-6
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One phase of a run: its solver and the rule that starts it."""
+
+    name: str  # "plain", "newton", "newton-cg", "accelerated"
+    starts: str
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.starts})"
+
+
+def second_order(kind: str, d: int, m: int, loss_id: int) -> str | None:
+    """The second-order phase a problem can take: ``"newton"`` (features with ``d m <=
+    NEWTON_MAX_DIM``: the Hessian is formed and factored), ``"newton-cg"`` (features, a
+    logistic loss, larger ``d m``: Hessian-vector products), or None (a Gram matrix, or a
+    smoothed hinge above the dense limit)."""
+    if kind == "gram":
+        return None
+    if d * m <= NEWTON_MAX_DIM:
+        return "newton"
+    return "newton-cg" if loss_id in NEWTON_CG_LOSSES else None
+
+
+def _second_order_of(prob: SDCAProblem) -> str | None:
+    return second_order(prob.kind, prob.X.shape[1], prob.m, prob.loss_id)
+
+
+def _nonsmooth_to_newton(prob: SDCAProblem, eps: float, gamma: float) -> bool:
+    """Whether a well-conditioned run is watched for the nonsmooth rule of :func:`hand_over`."""
+    return (
+        _second_order_of(prob) == "newton"
+        and prob.loss_id in ANALYTIC_LOSSES
+        and eps >= NONSMOOTH_MIN_EPS
+        and loss_smoothness(prob.loss_id, gamma) == 0.0
+    )
+
+
+def hand_over(run: Run, prob: SDCAProblem, accelerate: str, C: float, gamma: float) -> bool:
+    """Whether plain SDCA stops at this certificate and a faster phase takes over.
+
+    ``"never"``: no.  ``"catalyst"`` / ``"newton"``: whenever the condition number ``C R^2 /
+    mu`` (:func:`~topkbench.solvers.accelerated.condition_number`) exceeds 1.  ``"auto"``:
+
+    * condition number at least :data:`ACCEL_MIN_CONDITION`: at once where a second-order
+      phase applies (its cost does not grow with the conditioning), else once plain SDCA,
+      after :data:`ACCEL_MIN_EPOCHS` epochs, is predicted by its last two certificates to
+      need :data:`ACCEL_PREDICTED_FACTOR` times more epochs again than it has run;
+    * below it, a nonsmooth hinge with an analytic Hessian and dense Newton: once plain SDCA
+      (sublinear on a nonsmooth loss however well conditioned) is predicted to need more
+      epochs than a Newton continuation costs (:func:`~topkbench.solvers.newton.
+      newton_cost_epochs`).
+    """
+    if accelerate == "never" or run.n == 0:
+        return False
+    cond = condition_number(prob, C, gamma)
+    if accelerate in ("catalyst", "newton"):
+        return cond > 1.0
+    if cond < ACCEL_MIN_CONDITION:
+        if not _nonsmooth_to_newton(prob, run.eps, gamma) or run.epochs < NONSMOOTH_MIN_EPOCHS:
+            return False
+        return predicted_epochs(run) > newton_cost_epochs(prob)
+    if _second_order_of(prob) is not None:
+        return True
+    if run.epochs < ACCEL_MIN_EPOCHS:
+        return False
+    return predicted_epochs(run) > ACCEL_PREDICTED_FACTOR * run.epochs
+
+
+def takes_newton(prob: SDCAProblem, accelerate: str) -> bool:
+    """At a hand-over: Newton (or Newton-CG) first, rather than accelerated SDCA."""
+    return accelerate != "catalyst" and _second_order_of(prob) is not None
+
+
+def predicted_epochs(run: Run) -> float:
+    """Epochs plain SDCA still needs to reach eps, extrapolating the decay per epoch of the
+    last two certificates (infinite if the gap did not decrease)."""
+    prev, last = run.trace[-2], run.trace[-1]
+    if not (last.relative_gap < prev.relative_gap) or last.epoch <= prev.epoch:
+        return math.inf
+    rate = math.log(prev.relative_gap / last.relative_gap) / (last.epoch - prev.epoch)
+    return math.log(last.relative_gap / run.eps) / rate
+
+
+def plan(kind: str, d: int, m: int, loss_id: int, gamma: float, accelerate: str = "auto",
+         eps: float = 1e-3) -> tuple[Phase, ...]:  # fmt: skip
+    """The phases a run of this shape may go through under ``accelerate``, in order, each
+    with the rule that starts it (the rules of :func:`hand_over`)."""
+    phases = [Phase("plain", "from the start, or the warm dual")]
+    if accelerate == "never":
+        return tuple(phases)
+    second = None if accelerate == "catalyst" else second_order(kind, d, m, loss_id)
+    forced = accelerate in ("catalyst", "newton")
+    smooth = loss_smoothness(loss_id, gamma) > 0.0
+    if second is not None:
+        rule = ("at the first certificate, C R^2 / mu > 1" if forced else
+                f"at the first certificate once C R^2 / mu >= {ACCEL_MIN_CONDITION:g}")  # fmt: skip
+        if (not forced and second == "newton" and not smooth and loss_id in ANALYTIC_LOSSES
+                and eps >= NONSMOOTH_MIN_EPS):  # fmt: skip
+            rule += ("; below it, once plain SDCA's predicted epochs exceed a Newton "
+                     "continuation's cost")  # fmt: skip
+        if not smooth:
+            rule += "; smoothing continuation gamma = 1, then smaller"
+        phases.append(Phase(second, rule))
+        phases.append(Phase("accelerated", f"if {second} stalls, from its gradient dual"))
+    else:
+        rule = ("at the first certificate, C R^2 / mu > 1" if forced else
+                f"C R^2 / mu >= {ACCEL_MIN_CONDITION:g}, after {ACCEL_MIN_EPOCHS} epochs, when "
+                f"plain SDCA is predicted to need {ACCEL_PREDICTED_FACTOR:g}x more")  # fmt: skip
+        phases.append(Phase("accelerated", rule))
+    phases.append(Phase("plain", "if the accelerated phase reaches its ratio limit"))
+    return tuple(phases)
+
+
+def describe(phases: tuple[Phase, ...]) -> str:
+    """A plan on one line: ``plain -> newton (rule) -> ...``."""
+    return " -> ".join(str(p) for p in phases)
+
+
+__all__ = ["ACCELERATE_MODES", "Phase", "describe", "hand_over", "plan", "predicted_epochs",
+           "second_order", "takes_newton"]  # fmt: skip
