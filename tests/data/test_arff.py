@@ -521,3 +521,59 @@ def test_cli_data_info_emotions(cli_env):
         assert name in res.output
         assert str(cli_env / "emotions" / name) in res.output
     assert "missing" in res.output
+
+
+# ---------------------------------------------------------------------------------------------
+# gzipped Mulan files (the real sets are shipped so)
+# ---------------------------------------------------------------------------------------------
+
+
+def gzip_file(path):
+    import gzip
+
+    packed = path.with_name(path.name + ".gz")
+    packed.write_bytes(gzip.compress(path.read_bytes()))
+    path.unlink()
+    return packed
+
+
+def test_gzipped_arff_reads_as_the_plain_file(tmp_path):
+    plain = read_mulan(write(tmp_path / "d.arff", DENSE), ["lab_a", "lab_b", "lab_c"])
+    packed = gzip_file(write(tmp_path / "e.arff", DENSE))
+    data = read_mulan(packed, ["lab_a", "lab_b", "lab_c"])
+    np.testing.assert_array_equal(data.X, plain.X)
+    np.testing.assert_array_equal(data.Y.toarray(), plain.Y.toarray())
+    sparse = read_mulan(gzip_file(write(tmp_path / "s.arff", SPARSE)), n_labels=-2)
+    assert sp.issparse(sparse.X) and sparse.Y.shape == (5, 2)
+
+
+def test_malformed_gzipped_row_names_file_line_and_token(tmp_path):
+    packed = gzip_file(write(tmp_path / "bad.arff", HEADER + "5,abc,1,1\n6,7,0,0\n"))
+    with pytest.raises(DataFormatError) as exc:
+        read_mulan(packed, n_labels=-2)
+    assert str(exc.value).startswith(f"{packed}, line 12, token 'abc'"), str(exc.value)
+
+
+def test_registry_finds_the_gzipped_copy(tmp_path, monkeypatch):
+    """A registered Mulan set whose ARFF files lie gzipped under $TOPKBENCH_DATA (name.gz
+    beside the registered name) loads, and its record digests are those of the files read."""
+    from topkbench.data.files import file_digests, missing_files, sha256_of
+
+    rng = np.random.default_rng(4)
+    root = tmp_path / "data"
+    (root / "toy").mkdir(parents=True)
+    train_text, Xtr, Ytr = toy_split(rng, 9)
+    test_text, _, _ = toy_split(rng, 5)
+    gzip_file(write(root / "toy" / "toy-train.arff", train_text))
+    gzip_file(write(root / "toy" / "toy-test.arff", test_text))
+    write(root / "toy" / "toy.xml", toy_xml())
+    monkeypatch.setenv("TOPKBENCH_DATA", str(root))
+    cfg = DatasetConfig.from_dict({"name": "toy", "kind": "mulan", "xml": "toy.xml",
+                                   "files": {"train": {"file": "toy-train.arff"},
+                                             "test": {"file": "toy-test.arff"}}})  # fmt: skip
+    assert missing_files(cfg) == []
+    ds = load_dataset(cfg, 0)
+    np.testing.assert_allclose(ds.splits["train"][0], Xtr)
+    np.testing.assert_array_equal(ds.splits["train"][1].toarray(), Ytr)
+    digests = file_digests(cfg)
+    assert digests["toy-train.arff"] == sha256_of(root / "toy" / "toy-train.arff.gz")

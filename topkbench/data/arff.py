@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from topkbench.data.files import open_text
 from topkbench.errors import DataFormatError
 
 _MEKA_C = re.compile(r"-C\s+(-?\d+)")
@@ -73,7 +74,7 @@ def read_label_xml(path: str | Path) -> list[str]:
 def _first_data_line(path: Path) -> tuple[int, str]:
     """(1-based line number, text) of the first data row after ``@data`` (or (0, ''))."""
     in_data = False
-    with open(path, encoding="utf-8", errors="replace") as fh:
+    with open_text(path, errors="replace") as fh:
         for no, raw in enumerate(fh, 1):
             line = raw.strip()
             if not line or line.startswith("%"):
@@ -88,7 +89,7 @@ def _first_data_line(path: Path) -> tuple[int, str]:
 def _data_lines(path: Path):
     """(1-based line number, text) of every data row after ``@data``."""
     in_data = False
-    with open(path, encoding="utf-8", errors="replace") as fh:
+    with open_text(path, errors="replace") as fh:
         for no, raw in enumerate(fh, 1):
             line = raw.strip()
             if not line or line.startswith("%"):
@@ -136,7 +137,7 @@ def _strict_rows(path: Path, attributes) -> None:
 
 
 def _line_text(path: Path, lineno: int) -> str:
-    with open(path, encoding="utf-8", errors="replace") as fh:
+    with open_text(path, errors="replace") as fh:
         for no, raw in enumerate(fh, 1):
             if no == lineno:
                 return raw.strip()
@@ -240,7 +241,7 @@ def read_mulan(
         raise DataFormatError(str(path), f"cannot read: {exc.strerror or exc}") from None
     sparse = first.startswith("{")
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
+        with open_text(path, errors="replace") as fh:
             obj = arff.load(fh, encode_nominal=True, return_type=arff.COO if sparse else arff.DENSE)
     except arff.ArffException as exc:
         line = getattr(exc, "line", None)
@@ -250,7 +251,7 @@ def read_mulan(
             text = _line_text(path, line)
             if not text.startswith("@"):
                 try:
-                    with open(path, encoding="utf-8", errors="replace") as fh:
+                    with open_text(path, errors="replace") as fh:
                         header = arff.loads(
                             _header_only(fh), encode_nominal=True, return_type=arff.DENSE
                         )["attributes"]

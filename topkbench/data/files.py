@@ -44,12 +44,35 @@ def file_entries(cfg: DatasetConfig) -> dict[str, dict[str, Any]]:
     return out
 
 
+COMPRESSED = (".gz", ".bz2", ".xz")  # suffixes read through their decompressors
+
+
+def open_text(path: Path, errors: str = "strict"):
+    """A text stream of the file at ``path`` (UTF-8), decompressed on the fly when its name
+    ends in ``.gz``, ``.bz2`` or ``.xz``."""
+    import bz2
+    import gzip
+    import lzma
+
+    opener = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}.get(Path(path).suffix.lower())
+    if opener is not None:
+        return opener(path, "rt", encoding="utf-8", errors=errors)
+    return open(path, encoding="utf-8", errors=errors)
+
+
 def resolve_path(cfg: DatasetConfig, name: str) -> Path:
-    """An absolute path, a path existing relative to the cwd, or ``data_dir()/<dataset>/name``."""
+    """An absolute path, a path existing relative to the cwd, or ``data_dir()/<dataset>/name``;
+    where that file is absent but a compressed copy (``name.gz``, ``.bz2``, ``.xz``) lies
+    beside it, the copy (the real Mulan sets are shipped gzipped)."""
     p = Path(name).expanduser()
-    if p.is_absolute() or p.exists():
-        return p
-    return data_dir() / cfg.name / name
+    if not (p.is_absolute() or p.exists()):
+        p = data_dir() / cfg.name / name
+    if not p.exists():
+        for suffix in COMPRESSED:
+            packed = p.with_name(p.name + suffix)
+            if packed.exists():
+                return packed
+    return p
 
 
 def extra_file_entries(cfg: DatasetConfig) -> list[dict[str, Any]]:

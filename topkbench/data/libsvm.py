@@ -21,9 +21,6 @@ raw integers of the file; :func:`encode_labels` maps them to ``0..m-1`` and keep
 
 from __future__ import annotations
 
-import bz2
-import gzip
-import lzma
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,9 +28,8 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from topkbench.data.files import open_text
 from topkbench.errors import DataFormatError, DatasetNotFoundError
-
-_OPENERS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
 
 
 @dataclass
@@ -47,13 +43,6 @@ class LibsvmData:
     @property
     def n_examples(self) -> int:
         return self.X.shape[0]
-
-
-def _open_text(path: Path):
-    opener = _OPENERS.get(path.suffix.lower())
-    if opener is not None:
-        return opener(path, "rt", encoding="utf-8", errors="strict")
-    return open(path, encoding="utf-8", errors="strict")
 
 
 def _strict(token: str, path: str, lineno: int, whole: str | None = None) -> None:
@@ -100,7 +89,7 @@ def read_libsvm(
     labels: list[tuple[int, ...]] = []
     max_index = -1
     try:
-        with _open_text(path) as fh:
+        with open_text(path) as fh:
             for lineno, raw in enumerate(fh, start=1):
                 line = raw.split("#", 1)[0]
                 tokens = line.split()
