@@ -165,3 +165,12 @@ def test_train_with_balanced_class_weights():
     res = invoke("train", "method=svm_ml", "dataset=multilabel_synth",
                  "dataset.class_weight=balanced")  # fmt: skip
     assert res.exit_code == 2 and "class_weight applies to multiclass methods" in res.output
+
+
+def test_theta_with_the_linear_kernel_is_refused():
+    res = invoke("train", "method=lr_multi", "theta=0.5", *SMALL, "--json")
+    assert res.exit_code != 0
+    assert "theta= is the RBF kernel's width" in " ".join(res.output.split())
+    ok = invoke("train", "method=lr_multi", "kernel=rbf", "theta=0.5", *SMALL, "--json")
+    assert ok.exit_code == 0, ok.output
+    assert json.loads(ok.stdout)["params"]["theta"] == 0.5

@@ -422,3 +422,13 @@ def test_ent_tr_init_is_the_start_point():
     assert not np.allclose(other.W, default.W)  # a different start, a different local optimum
     with pytest.raises(ConfigError, match="init= is for topk_ent_tr"):
         topkbench.fit(X, y, "lr_multi", C=1.0, init=lr)
+
+
+@pytest.mark.parametrize("seed", [-1, 1.5, "3", True])
+def test_seed_is_a_non_negative_integer(data, seed):
+    """The Python API refuses what the CLI refuses, with the same message."""
+    X, y = data
+    with pytest.raises(ConfigError, match=r"seed must be an integer >= 0; got"):
+        topkbench.fit(X, y, "lr_multi", seed=seed)
+    assert topkbench.fit(X, y, "lr_multi", seed=np.int64(3), max_epochs=2, warn=False).params[
+        "seed"] == 3  # fmt: skip

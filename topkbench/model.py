@@ -288,6 +288,11 @@ def fit(
 
             gram = rbf_kernel(X, theta=theta)
         else:
+            if theta is not None:
+                raise ConfigError(
+                    f"theta= is the RBF kernel's width; it does not apply to kernel={kernel!r} "
+                    "(give kernel='rbf' with it, or leave it out)"
+                )
             kernel = None
     if "fw" not in spec.params and fw is not None:
         raise ConfigError(f"fw= is an option of wtopk_svm, not of {spec.name}")
@@ -340,6 +345,7 @@ def fit(
     gamma, k = check_method_params(spec, gamma, k, m)
     eps = check_positive("eps", eps, upper=1.0)
     max_epochs = check_int("max_epochs", max_epochs, 0)
+    seed = check_int("seed", seed, 0)
     eval_every = check_eval_every(eval_every)
     accelerate = check_choice("accelerate", accelerate, ACCELERATE_MODES)
     solver = check_solver(spec, solver)
