@@ -50,8 +50,9 @@ def test_sweep_refuses_train_options_with_the_right_spelling(tmp_path, override,
         ("train", "seed=1.5", "seed must be an integer >= 0; got 1.5"),
         ("train", "seed=-1", "seed must be an integer >= 0; got -1"),
         ("train", "seed=abc", "seed must be an integer >= 0; got 'abc'"),
-        ("sweep", "n_jobs=0", "n_jobs must be an integer >= 1; got 0"),
-        ("sweep", "n_jobs=abc", "n_jobs must be an integer >= 1"),
+        ("sweep", "n_jobs=0", "n_jobs must be a positive integer, or -1 for all"),
+        ("sweep", "n_jobs=abc", "n_jobs must be a positive integer"),
+        ("sweep", "n_jobs=-999", "n_jobs = -999 leaves no worker"),
         ("train", "delta=abc", "delta must be a finite number"),
         ("train", "topk=[0]", "topk entries must be an integer >= 1; got 0"),
         ("train", "dataset.n_train=-5", "dataset.n_train must be an integer >= 1; got -5"),
@@ -138,3 +139,16 @@ def test_experiment_keys_without_an_experiment_and_dataset_keys_it_ignores(tmp_p
     out = refused("sweep", "experiment=table5_smoke", "dataset.n_train=50",
                   f"results_dir={tmp_path}")  # fmt: skip
     assert "dataset.n_train= does not apply: experiment table5_smoke lists its own datasets" in out
+
+
+def test_n_jobs_minus_one_means_every_core():
+    """joblib's convention: -1 all cores, -2 all but one."""
+    import os
+
+    from topkbench.cli.app import compose
+    from topkbench.config import ExperimentConfig
+
+    cores = os.cpu_count() or 1
+    for value, expected in ((-1, cores), (2, 2), (-cores, 1)):
+        exp = ExperimentConfig.from_dict(compose(["experiment=table3", f"n_jobs={value}"]))
+        assert exp.n_jobs == expected

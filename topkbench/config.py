@@ -23,6 +23,7 @@ from topkbench.validation import (
     check_choice,
     check_eval_every,
     check_int,
+    check_n_jobs,
     check_positive,
     check_solver,
 )
@@ -344,7 +345,7 @@ class ExperimentConfig(StopRule):
             C_step=step,
             published=exp.get("published"),
             results_dir=str(root.get("results_dir", "results")),
-            n_jobs=check_int("n_jobs", root.get("n_jobs", 1), 1),
+            n_jobs=check_n_jobs(root.get("n_jobs", 1)),
             scheduler=root.get("scheduler") or None,
             layout=layout,
             warm_start=bool(exp.get("warm_start", True)),

@@ -12,7 +12,7 @@ import numpy as np
 from topkbench.config import DOC_KEYS
 from topkbench.dataset_specs import ALL_KINDS, PreprocessSpec
 from topkbench.errors import ConfigError
-from topkbench.validation import check_int
+from topkbench.validation import check_int, check_n_jobs
 
 # the keys each level of a composed configuration may hold (an unknown one is a typo: refused)
 SOLVER_KEYS = ("eps", "max_epochs", "time_limit", "eval_every")
@@ -106,7 +106,7 @@ def check_dataset_overrides(overrides: list[str] | None, root: dict[str, Any]) -
 def check_run_options(root: dict[str, Any]) -> None:
     """Types and ranges of the top-level options every command shares."""
     check_int("seed", root.get("seed", 0), 0)
-    check_int("n_jobs", root.get("n_jobs", 1), 1)
+    check_n_jobs(root.get("n_jobs", 1))
     results = root.get("results_dir", "results")
     if not isinstance(results, str) or not results:
         raise ConfigError(f"results_dir must be a path; got {results!r}")

@@ -240,6 +240,27 @@ def check_int(name: str, value, lo: int) -> int:
     return int(value)
 
 
+def check_n_jobs(value) -> int:
+    """Worker processes, with joblib's meaning of the negative values: -1 all cores, -2 all
+    but one, ... (``cpu_count + 1 + n_jobs``); 0, and negatives beyond the core count, are
+    refused."""
+    import os
+
+    cores = os.cpu_count() or 1
+    if isinstance(value, bool) or not _is_int_like(value) or int(value) == 0:
+        raise ConfigError(
+            f"n_jobs must be a positive integer, or -1 for all {cores} cores (-2 all but one, "
+            f"...); got {value!r}"
+        )
+    n = int(value)
+    if n < 0:
+        n = cores + 1 + n
+        if n < 1:
+            raise ConfigError(f"n_jobs = {value} leaves no worker on {cores} cores; use -1 .. "
+                              f"-{cores} or a positive integer")  # fmt: skip
+    return n
+
+
 def check_choice(name: str, value, allowed: tuple[str, ...]) -> str:
     """One of the strings ``allowed``, else a ConfigError listing them."""
     if not isinstance(value, str) or value not in allowed:
