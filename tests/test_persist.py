@@ -229,3 +229,27 @@ def test_saved_file_is_readable_by_others(tmp_path):
     umask = os.umask(0)
     os.umask(umask)
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o666 & ~umask
+
+
+def test_predict_without_top_takes_a_k_the_model_has(tmp_path):
+    """--top's default: min(5, m - 1) (a 4-class model gets 3, not an error), or the k of a
+    top-k model; the command says which it took."""
+    from topkbench.predict import predict_file
+
+    parts = make_gaussian(3, n_train=80, n_val=0, n_test=10, n_features=3, n_classes=4,
+                          separation=1.0)  # fmt: skip
+    X, y = parts["train"].X, parts["train"].y
+    plain = topkbench.fit(X, y, "lr_multi").save(tmp_path / "lr.npz")
+    topk = topkbench.fit(X, y, "topk_svm_beta", k=2, max_epochs=50, warn=False).save(
+        tmp_path / "t2.npz")  # fmt: skip
+    np.save(tmp_path / "x.npy", parts["test"].X)
+    first = predict_file(plain, tmp_path / "x.npy")
+    assert [c for c in first.frame.columns if c.startswith("label_")] == [
+        "label_1", "label_2", "label_3"]  # fmt: skip
+    assert first.top_rule.startswith("k = 3 = min(5, m - 1) for this 4-class model")
+    second = predict_file(topk, tmp_path / "x.npy")
+    assert second.top_rule.startswith("k = 2, the model's k")
+    assert "label_3" not in second.frame.columns
+    res = runner.invoke(app, ["predict", str(plain), str(tmp_path / "x.npy")])
+    assert res.exit_code == 0, res.output
+    assert "--top not given: k = 3" in " ".join(res.output.split())

@@ -16,6 +16,7 @@ class Prediction:
     frame: object  # pandas DataFrame: row, label_1..k, score_1..k[, true]
     metric: tuple[str, float] | None  # (name, value) when the file has labels
     notes: list[str] = field(default_factory=list)
+    top_rule: str | None = None  # how k was chosen when the caller gave none
 
 
 def _read(path: Path, n_features: int | None, zero_based: bool, multilabel: bool):
@@ -34,17 +35,20 @@ def _read(path: Path, n_features: int | None, zero_based: bool, multilabel: bool
     return data.X, data.labels
 
 
-def predict_file(model_path, data_path, *, top: int = 5, zero_based: bool | None = None
-                 ) -> Prediction:  # fmt: skip
+def predict_file(model_path, data_path, *, top: int | None = None,
+                 zero_based: bool | None = None) -> Prediction:  # fmt: skip
     """Top-``top`` labels and scores of the model saved at ``model_path`` for every example of
-    ``data_path`` (LibSVM text or ``.npy``).  ``zero_based`` (LibSVM feature indices from 0)
-    defaults to the training data's setting when the model records it, else False."""
+    ``data_path`` (LibSVM text or ``.npy``).  ``top`` defaults to the model's k when it was
+    trained with k > 1, else to ``min(5, m - 1)`` (at least 1); ``Prediction.top_rule`` says
+    which.  ``zero_based`` (LibSVM feature indices from 0) defaults to the training data's
+    setting when the model records it, else False."""
     import pandas as pd
 
     from topkbench.model import Model
     from topkbench.validation import check_int
 
-    top = check_int("--top", top, 1)
+    if top is not None:
+        top = check_int("--top", top, 1)
     model = Model.load(model_path)
     if model.kernel == "precomputed":
         raise ConfigError(
@@ -52,6 +56,14 @@ def predict_file(model_path, data_path, *, top: int = 5, zero_based: bool | None
             "not features (use Model.decision_function(K=...) from Python)"
         )
     m = model.n_classes
+    top_rule = None
+    if top is None:
+        k = int(model.params.get("k", 1) or 1)
+        if 1 < k <= m:
+            top, top_rule = k, f"k = {k}, the model's k (--top sets it)"
+        else:
+            top = max(1, min(5, m - 1))
+            top_rule = f"k = {top} = min(5, m - 1) for this {m}-class model (--top sets it)"
     if top > m:
         raise ConfigError(f"--top must be in [1, {m}] (the model has {m} classes); got {top}")
     from topkbench.losses.registry import get_method
@@ -90,4 +102,4 @@ def predict_file(model_path, data_path, *, top: int = 5, zero_based: bool | None
                 )
             metric = (f"top-{top} accuracy", float(np.mean(hits > 0)))
         cols["true"] = [" ".join(str(lab) for lab in labs) for labs in labels]
-    return Prediction(pd.DataFrame(cols), metric, notes)
+    return Prediction(pd.DataFrame(cols), metric, notes, top_rule)

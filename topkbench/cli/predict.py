@@ -24,7 +24,13 @@ from topkbench.cli.app import app, handle_errors, log, setup_logging
 def predict(
     model_path: Path = typer.Argument(..., metavar="MODEL", help="saved model (.npz)"),
     data: Path = typer.Argument(..., metavar="DATA", help="LibSVM text file or .npy features"),
-    top: int = typer.Option(5, "--top", help="labels written per example (k)"),
+    top: int = typer.Option(
+        None,
+        "--top",
+        help="labels written per example (k); default: the model's k if it was trained with "
+        "k > 1, else min(5, classes - 1)",
+        show_default=False,
+    ),
     out: Path = typer.Option(None, "--out", help="CSV output (default: stdout)"),
     zero_based: bool = typer.Option(
         None,
@@ -39,6 +45,8 @@ def predict(
 
     result = predict_file(model_path, data, top=top, zero_based=zero_based)
     frame = result.frame
+    if result.top_rule is not None:
+        typer.echo(f"--top not given: {result.top_rule}", err=True)
     if out is None:
         frame.to_csv(sys.stdout, index=False)
     else:
