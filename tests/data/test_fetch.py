@@ -271,3 +271,41 @@ def test_train_refuses_a_file_that_fails_its_checksum(server, env):
     res = invoke("train", "dataset=toy", "C=1")
     assert res.exit_code == 4, res.output
     assert "checksum mismatch" in res.output and "toy.tr" in res.output
+
+
+class StallHandler(http.server.BaseHTTPRequestHandler):
+    """Sends the headers and one byte, then nothing: no receive ever returns."""
+
+    def do_GET(self):  # noqa: N802 (the base class's name)
+        self.send_response(200)
+        self.send_header("Content-Length", "100000")
+        self.end_headers()
+        try:
+            self.wfile.write(b"x")
+            self.wfile.flush()
+            time.sleep(60)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    def log_message(self, format, *args):  # noqa: A002
+        pass
+
+
+def test_fetch_from_a_stalled_server_stops_at_the_deadline(env):
+    """The deadline holds without a byte arriving: the socket's timeout is what is left."""
+    confdir, datadir = env
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), StallHandler)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        write_toy(confdir, f"http://127.0.0.1:{httpd.server_address[1]}", SHA)
+        start = time.monotonic()
+        res = invoke("data", "fetch", "toy", "--no-progress", "--deadline", "1")
+        assert time.monotonic() - start < 10  # SOCKET_TIMEOUT alone would be 30 s
+        assert res.exit_code == 4, res.output
+        assert "exceeded its deadline of 1 s" in " ".join(res.output.split())
+        assert "Traceback" not in res.output
+        assert not (datadir / "toy" / "toy.tr").exists()
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

@@ -146,41 +146,66 @@ def deadline_downloader(deadline: float, progressbar: bool = False):
 
     A per-read socket timeout alone never fires on a server that trickles a byte at a time;
     reading with ``read1`` (at most one receive per call) lets the loop look at the clock
-    after every receive.
+    after every receive.  A server that stalls sends nothing to look at the clock for: the
+    socket's timeout is therefore set, before every receive, to the time the deadline leaves
+    (at most :data:`SOCKET_TIMEOUT`), and a receive that times out ends the download.
     """
     import time
+    import urllib.error
     import urllib.request
 
     def download(url, output_file, pooch_obj=None, check_only=False):  # pooch's protocol
         start = time.monotonic()
-        req = urllib.request.Request(url, headers={"User-Agent": "topkbench"})
-        with urllib.request.urlopen(req, timeout=SOCKET_TIMEOUT) as resp:  # noqa: S310
-            if check_only:
-                return True
-            total = int(resp.headers.get("Content-Length") or 0) or None
-            bar = None
-            if progressbar:
-                from tqdm import tqdm
 
-                bar = tqdm(total=total, unit="B", unit_scale=True, leave=True)
-            own = isinstance(output_file, (str, Path))
-            fh = open(output_file, "wb") if own else output_file  # noqa: SIM115
-            try:
-                while chunk := resp.read1(1 << 16):
-                    fh.write(chunk)
+        def left() -> float:
+            return deadline - (time.monotonic() - start)
+
+        def expired() -> FetchError:
+            return FetchError(
+                f"{url}: download exceeded its deadline of {deadline:g} s",
+                hint="a slow or stalled server; try again later, or raise --deadline",
+            )
+
+        req = urllib.request.Request(url, headers={"User-Agent": "topkbench"})
+        try:
+            with urllib.request.urlopen(req, timeout=min(SOCKET_TIMEOUT, deadline)) as resp:  # noqa: S310
+                if check_only:
+                    return True
+                sock = getattr(getattr(getattr(resp, "fp", None), "raw", None), "_sock", None)
+                total = int(resp.headers.get("Content-Length") or 0) or None
+                bar = None
+                if progressbar:
+                    from tqdm import tqdm
+
+                    bar = tqdm(total=total, unit="B", unit_scale=True, leave=True)
+                own = isinstance(output_file, (str, Path))
+                fh = open(output_file, "wb") if own else output_file  # noqa: SIM115
+                try:
+                    while True:
+                        if left() <= 0.0:
+                            raise expired()
+                        if sock is not None:
+                            sock.settimeout(min(SOCKET_TIMEOUT, left()))
+                        chunk = resp.read1(1 << 16)
+                        if not chunk:
+                            break
+                        fh.write(chunk)
+                        if bar is not None:
+                            bar.update(len(chunk))
+                finally:
+                    if own:
+                        fh.close()
                     if bar is not None:
-                        bar.update(len(chunk))
-                    if time.monotonic() - start > deadline:
-                        raise FetchError(
-                            f"{url}: download exceeded its deadline of {deadline:g} s",
-                            hint="a slow or stalled server; try again later, or raise --deadline",
-                        )
-            finally:
-                if own:
-                    fh.close()
-                if bar is not None:
-                    bar.close()
-        return None
+                        bar.close()
+        except (TimeoutError, urllib.error.URLError) as exc:
+            if not isinstance(getattr(exc, "reason", exc), TimeoutError):
+                raise
+            if left() <= 0.0:
+                raise expired() from None
+            raise FetchError(
+                f"{url}: the server sent nothing for {SOCKET_TIMEOUT:g} s",
+                hint="a stalled server; try again later",
+            ) from None
 
     return download
 
