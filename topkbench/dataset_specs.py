@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+from topkbench.errors import ConfigError
+
 
 @dataclass(frozen=True)
 class CircleSpec:
@@ -114,11 +116,26 @@ _CASTS = {"int": int, "float": float, "bool": bool, "str": str, "int | None": in
           "int | str | None": lambda v: v if isinstance(v, str) else int(v)}  # fmt: skip
 
 
+_TYPE_NAMES = {"int": "an integer", "float": "a number", "bool": "true or false",
+               "str": "a string", "int | None": "an integer", "str | None": "a string",
+               "int | str | None": "an integer or a name"}  # fmt: skip
+
+
 def _read(cls, options: dict[str, Any]):
-    return cls(**{
-        f.name: None if options[f.name] is None else _CASTS[f.type](options[f.name])
-        for f in fields(cls) if f.name in options
-    })  # fmt: skip
+    """The spec ``cls`` from ``options``, each value cast to its field's type; a value that
+    does not cast is a ConfigError naming the key and what it takes."""
+    values = {}
+    for f in fields(cls):
+        if f.name not in options:
+            continue
+        value = options[f.name]
+        try:
+            values[f.name] = None if value is None else _CASTS[f.type](value)
+        except (TypeError, ValueError, OverflowError):
+            raise ConfigError(
+                f"dataset.{f.name} must be {_TYPE_NAMES[f.type]}; got {value!r}"
+            ) from None
+    return cls(**values)
 
 
 def kind_spec(kind: str, options: dict[str, Any]):
