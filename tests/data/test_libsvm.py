@@ -149,3 +149,16 @@ def test_encode_labels_with_training_classes_rejects_unknown_label():
     assert classes == [2, 5] and codes.tolist() == [1, 0, 1]
     with pytest.raises(DataFormatError, match="example 2 has label 9"):
         encode_labels([(5,), (9,)], classes=classes, source="test.txt")
+
+
+@pytest.mark.parametrize("token", ["99999999999999999999", "1e308", "-9223372036854775809"])
+@pytest.mark.parametrize("multilabel", [False, True])
+def test_label_beyond_int64_names_file_line_and_token(tmp_path, token, multilabel):
+    path = tmp_path / "big.svm"
+    path.write_text(f"1 1:0.5\n{token} 1:1\n")
+    with pytest.raises(DataFormatError) as exc:
+        read_libsvm(path, multilabel=multilabel)
+    assert str(exc.value).startswith(f"{path}, line 2, token '{token}'"), str(exc.value)
+    assert "64-bit" in str(exc.value)
+    path.write_text("1 1:0.5\n9223372036854775807 1:1\n")  # the largest int64 is a label
+    assert read_libsvm(path, multilabel=multilabel).labels[1] == (9223372036854775807,)

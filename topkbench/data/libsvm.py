@@ -51,19 +51,26 @@ def _strict(token: str, path: str, lineno: int, whole: str | None = None) -> Non
         raise DataFormatError(path, "'_' is not part of a number here", lineno, whole or token)
 
 
+_INT64 = 2**63  # labels are stored as int64
+
+
 def _parse_label(token: str, path: str, lineno: int) -> int:
     _strict(token, path, lineno)
     try:
-        return int(token)
+        value = int(token)
     except ValueError:
-        pass
-    try:
-        value = float(token)
-    except ValueError:
-        value = math.nan
-    if math.isfinite(value) and value == int(value):
-        return int(value)
-    raise DataFormatError(path, "labels must be integers", lineno, token)
+        try:
+            number = float(token)
+        except ValueError:
+            number = math.nan
+        if not (math.isfinite(number) and number == int(number)):
+            raise DataFormatError(path, "labels must be integers", lineno, token) from None
+        value = int(number)
+    if not -_INT64 <= value < _INT64:
+        raise DataFormatError(
+            path, "label out of the 64-bit integer range (|label| < 2^63)", lineno, token
+        )
+    return value
 
 
 def read_libsvm(
