@@ -153,3 +153,24 @@ def test_n_jobs_minus_one_means_every_core():
     for value, expected in ((-1, cores), (2, 2), (-cores, 1)):
         exp = ExperimentConfig.from_dict(compose(["experiment=table3", f"n_jobs={value}"]))
         assert exp.n_jobs == expected
+
+
+def test_a_directory_where_a_file_is_expected_is_one_line(tmp_path):
+    """As a data file, as train --save and as predict --out: a one-line error, no traceback."""
+    import numpy as np
+
+    import topkbench
+
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    out = refused("train", "method=lr_multi", "dataset=libsvm", f"dataset.train={folder}")
+    assert f"{folder}: is a directory; a data file is expected" in out
+    out = refused("train", "method=lr_multi", *SMALL, "--save", str(folder))
+    assert f"--save {folder} is a directory" in out
+    X = np.random.default_rng(0).random((12, 3))
+    model = topkbench.fit(X, np.arange(12) % 3, "lr_multi").save(tmp_path / "m.npz")
+    np.save(tmp_path / "x.npy", X)
+    out = refused("predict", str(model), str(tmp_path / "x.npy"), "--out", str(folder))
+    assert f"--out {folder} is a directory" in out
+    with pytest.raises(topkbench.errors.InputError, match="is a directory"):
+        topkbench.fit(X, np.arange(12) % 3, "lr_multi").save(folder)

@@ -51,6 +51,10 @@ def save_model(model, path, *, training_data: dict[str, Any] | None = None) -> P
     import topkbench
 
     path = Path(path)
+    if path.is_dir():
+        raise InputError(
+            f"{path} is a directory; a model is saved to a file (e.g. {path / 'model.npz'})"
+        )
     arrays: dict[str, np.ndarray] = {}
     if model.kernel is None:
         arrays["W"] = np.asarray(model.W, dtype=np.float64)

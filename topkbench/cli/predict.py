@@ -41,7 +41,11 @@ def predict(
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     setup_logging(verbose)
+    from topkbench.errors import ConfigError
     from topkbench.predict import predict_file
+
+    if out is not None and out.is_dir():
+        raise ConfigError(f"--out {out} is a directory; give a file name (e.g. {out / 'p.csv'})")
 
     result = predict_file(model_path, data, top=top, zero_based=zero_based)
     frame = result.frame

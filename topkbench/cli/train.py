@@ -53,6 +53,10 @@ def train(
     from topkbench.model import fit
 
     cfg = TrainConfig.from_dict(compose(overrides, "train"))
+    if save is not None and save.is_dir():
+        raise ConfigError(
+            f"--save {save} is a directory; give a file name (e.g. {save / 'model.npz'})"
+        )
     check_data_files(cfg.dataset)
     ds = load_dataset(cfg.dataset, cfg.seed)
     if save is not None and ds.feature_map is None:

@@ -107,6 +107,9 @@ def missing_files(cfg: DatasetConfig) -> list[Path]:
 def sha256_of(path: Path, chunk: int = 1 << 20) -> str:
     import hashlib
 
+    if Path(path).is_dir():
+        raise DataFormatError(str(path), "is a directory; a data file is expected here")
+
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         while block := fh.read(chunk):
