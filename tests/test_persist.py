@@ -253,3 +253,100 @@ def test_predict_without_top_takes_a_k_the_model_has(tmp_path):
     res = runner.invoke(app, ["predict", str(plain), str(tmp_path / "x.npy")])
     assert res.exit_code == 0, res.output
     assert "--top not given: k = 3" in " ".join(res.output.split())
+
+
+# --- damaged and edited model files ------------------------------------------------------------
+
+
+def _edited(tmp_path, name, *, meta=None, arrays=None, drop=(), raw_meta=None, model=None):
+    """A saved model rewritten with metadata fields and arrays replaced (or dropped)."""
+    from topkbench.persist import read_metadata
+
+    X, y = _problem()
+    src = (model or topkbench.fit(X, y, "lr_multi")).save(tmp_path / "src.npz")
+    with np.load(src, allow_pickle=False) as npz:
+        entries = {k: npz[k] for k in npz.files if k != "metadata"}
+    md = read_metadata(src)
+    md.update(meta or {})
+    entries.update(arrays or {})
+    for k in drop:
+        entries.pop(k, None)
+    entries["metadata"] = np.array(raw_meta if raw_meta is not None else json.dumps(md))
+    path = tmp_path / name
+    with open(path, "wb") as fh:
+        np.savez(fh, **entries)
+    return path
+
+
+@pytest.mark.parametrize(
+    "edit,reason",
+    [
+        (dict(arrays={"W": np.full((4, 5), np.nan)}), "W holds non-finite values"),
+        (dict(arrays={"W": np.zeros(12)}), "W must be a 2-D numeric array; it is 1-D"),
+        (dict(arrays={"W": np.array(["a", "b"])}), "array 'W' is not numeric"),
+        (
+            dict(
+                arrays={"W": np.zeros((7, 5))}, meta={"feature_map": {"n_features": 3, "bias": 1.0}}
+            ),
+            "W has 7 rows; expected 4",
+        ),
+        (dict(meta={"classes": ["a", "b"]}), "2 classes listed for 5 score columns"),
+        (dict(meta={"kernel": "rbf", "theta": 1.0}), "no A array"),
+        (dict(meta={"method": 3}), "metadata field 'method' must be a method name"),
+        (dict(meta={"method": "nope"}), "unknown method 'nope'"),
+        (
+            dict(meta={"certificate": {"status": "converged", "primal": "x"}}),
+            "certificate field 'primal' must be a number",
+        ),
+        (
+            dict(meta={"feature_map": {"n_features": "3", "bias": 1.0}}),
+            "feature_map.n_features must be a positive integer",
+        ),
+        (dict(raw_meta="{not json"), "its metadata is not JSON"),
+        (dict(raw_meta="[1, 2]"), "its metadata is not a JSON object"),
+        (dict(drop=("W",)), "no W array"),
+    ],
+)
+def test_inconsistent_model_files_are_refused_at_load(tmp_path, edit, reason):
+    """Edited metadata or arrays never make a model that predicts: topkbench.load and predict
+    both say 'not a saved topkbench model (reason)'."""
+    path = _edited(tmp_path, "bad.npz", **edit)
+    with pytest.raises(DataFormatError) as exc:
+        topkbench.load(path)
+    assert f"not a saved topkbench model ({reason}" in str(exc.value), str(exc.value)
+    np.save(tmp_path / "x.npy", np.zeros((2, 3)))
+    res = runner.invoke(app, ["predict", str(path), str(tmp_path / "x.npy")])
+    assert res.exit_code != 0 and "Traceback" not in res.output
+    assert "not a saved topkbench model" in " ".join(res.output.split())
+
+
+def test_rbf_model_without_its_training_features_is_refused(tmp_path):
+    X, y = _problem()
+    rbf = topkbench.fit(X, y, "lr_multi", kernel="rbf", theta=0.5)
+    path = _edited(tmp_path, "rbf.npz", model=rbf, drop=("X_train",))
+    with pytest.raises(DataFormatError, match=r"not a saved topkbench model \(no X_train array"):
+        topkbench.load(path)
+    path = _edited(tmp_path, "rbf2.npz", model=rbf, meta={"theta": -1.0})
+    with pytest.raises(DataFormatError, match="an RBF model needs theta > 0"):
+        topkbench.load(path)
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated", "object", "single"])
+def test_damaged_model_files_are_refused(tmp_path, damage):
+    X, y = _problem()
+    good = topkbench.fit(X, y, "lr_multi").save(tmp_path / "good.npz")
+    path = tmp_path / "bad.npz"
+    if damage == "empty":
+        path.write_bytes(b"")
+    elif damage == "truncated":
+        path.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    elif damage == "object":
+        with open(path, "wb") as fh:
+            np.savez(fh, W=np.array([{"a": 1}], dtype=object), metadata=np.array("{}"))
+    else:
+        np.save(path.with_suffix(".npy"), np.zeros(3))
+        path = path.with_suffix(".npy")
+    with pytest.raises(DataFormatError) as exc:
+        topkbench.load(path)
+    text = str(exc.value)
+    assert "not a saved topkbench model (" in text and "allow_pickle" not in text, text

@@ -115,22 +115,47 @@ def read_metadata(path) -> dict[str, Any]:
         return _metadata(npz, path)
 
 
+def _not_a_model(path, reason: str) -> DataFormatError:
+    return DataFormatError(str(path), f"not a saved topkbench model ({reason})")
+
+
 def _open(path):
+    import zipfile
+
     path = Path(path)
+    if path.is_dir():
+        raise InputError(f"{path} is a directory, not a model file")
     if not path.is_file():
         raise InputError(f"{path}: no such model file")
     try:
-        return np.load(path, allow_pickle=False)
-    except (ValueError, OSError) as exc:
-        raise DataFormatError(str(path), f"not a saved topkbench model ({exc})") from None
+        npz = np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
+        reason = "empty file" if path.stat().st_size == 0 else _reason(exc)
+        raise _not_a_model(path, reason) from None
+    if not isinstance(npz, np.lib.npyio.NpzFile):
+        raise _not_a_model(path, "a single array, not an .npz archive")
+    return npz
+
+
+def _reason(exc: Exception) -> str:
+    """numpy's message, without its advice to load pickles: a model file holds none."""
+    text = str(exc)
+    if "allow_pickle" in text or "pickle" in text.lower():
+        return "it holds Python objects (a pickle), which are never read"
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _metadata(npz, path) -> dict[str, Any]:
     if "metadata" not in npz.files:
-        raise DataFormatError(str(path), "not a saved topkbench model (no metadata entry)")
-    meta = json.loads(str(npz["metadata"]))
+        raise _not_a_model(path, "no metadata entry")
+    try:
+        meta = json.loads(str(_array(npz, "metadata", path)))
+    except json.JSONDecodeError as exc:
+        raise _not_a_model(path, f"its metadata is not JSON: {exc.msg}") from None
+    if not isinstance(meta, dict):
+        raise _not_a_model(path, "its metadata is not a JSON object")
     if meta.get("format") != FORMAT:
-        raise DataFormatError(str(path), f"not a saved topkbench model ({meta.get('format')!r})")
+        raise _not_a_model(path, repr(meta.get("format")))
     if meta.get("format_version") != FORMAT_VERSION:
         raise DataFormatError(
             str(path),
@@ -140,10 +165,112 @@ def _metadata(npz, path) -> dict[str, Any]:
     return meta
 
 
+def _array(npz, name: str, path):
+    """One entry of the archive; a damaged entry or one of Python objects is refused."""
+    import zipfile
+
+    try:
+        return npz[name]
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError) as exc:
+        raise _not_a_model(path, f"entry {name!r}: {_reason(exc)}") from None
+
+
 def read_model(path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """The arrays and the metadata of the model saved at ``path`` by :func:`save_model`
-    (:meth:`topkbench.model.Model.load` builds the model from them)."""
+    """The arrays and the metadata of the model saved at ``path`` by :func:`save_model`,
+    checked to make a consistent model (:func:`check_model`; :meth:`topkbench.model.Model.
+    load` builds the model from them)."""
     with _open(path) as npz:
         meta = _metadata(npz, path)
-        arrays = {name: npz[name] for name in npz.files if name != "metadata"}
+        arrays = {name: _array(npz, name, path) for name in npz.files if name != "metadata"}
+    check_model(arrays, meta, path)
     return arrays, meta
+
+
+def _matrix(arrays, name: str, path, rows: int | None = None) -> np.ndarray:
+    a = arrays.get(name)
+    if a is None:
+        raise _not_a_model(path, f"no {name} array")
+    if a.dtype.kind not in "fiu" or a.ndim != 2:
+        raise _not_a_model(path, f"{name} must be a 2-D numeric array; it is {a.ndim}-D "
+                                 f"{a.dtype}")  # fmt: skip
+    if not np.all(np.isfinite(a)):
+        raise _not_a_model(path, f"{name} holds non-finite values")
+    if rows is not None and a.shape[0] != rows:
+        raise _not_a_model(path, f"{name} has {a.shape[0]} rows; expected {rows}")
+    return a
+
+
+def check_model(arrays: dict[str, np.ndarray], meta: dict[str, Any], path) -> None:
+    """Refuse metadata and arrays that do not make one consistent model, naming the field:
+    the method, parameters and certificate types; W (linear) or A (kernel) 2-D, numeric and
+    finite, with one column per class of the class list; W's rows the feature map's width
+    (plus the bias feature); the RBF kernel's positive theta and its stored training
+    features, one row per dual row; the scaling vectors one entry per raw feature."""
+    from topkbench.losses.registry import METHODS
+
+    def field(name, types, what):
+        value = meta.get(name)
+        if not isinstance(value, types) or isinstance(value, bool) and bool not in types:
+            raise _not_a_model(path, f"metadata field {name!r} must be {what}; got {value!r}")
+        return value
+
+    method = field("method", (str,), "a method name")
+    if method not in METHODS:
+        raise _not_a_model(path, f"unknown method {method!r}")
+    field("params", (dict,), "an object")
+    cert = field("certificate", (dict,), "an object")
+    for key in ("primal", "dual", "relative_gap", "train_seconds", "epochs"):
+        v = cert.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            raise _not_a_model(path, f"certificate field {key!r} must be a number; got {v!r}")
+    if not isinstance(cert.get("status"), str):
+        raise _not_a_model(path, f"certificate field 'status' must be a string; got "
+                                 f"{cert.get('status')!r}")  # fmt: skip
+    if meta.get("info") is not None:
+        field("info", (dict,), "an object")
+    kernel = meta.get("kernel")
+    if kernel not in (None, "precomputed", "rbf"):
+        raise _not_a_model(path, f"metadata field 'kernel' must be null, 'precomputed' or "
+                                 f"'rbf'; got {kernel!r}")  # fmt: skip
+    for name, a in arrays.items():
+        if a.dtype.kind not in "fiu":
+            raise _not_a_model(path, f"array {name!r} is not numeric ({a.dtype})")
+    fmap = meta.get("feature_map")
+    width = None
+    if fmap is not None:
+        if not isinstance(fmap, dict):
+            raise _not_a_model(path, f"metadata field 'feature_map' must be an object; got "
+                                     f"{fmap!r}")  # fmt: skip
+        d, bias = fmap.get("n_features"), fmap.get("bias", 0.0)
+        if isinstance(d, bool) or not isinstance(d, int) or d < 1:
+            raise _not_a_model(path, f"feature_map.n_features must be a positive integer; got "
+                                     f"{d!r}")  # fmt: skip
+        if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not math.isfinite(bias):
+            raise _not_a_model(path, f"feature_map.bias must be a finite number; got {bias!r}")
+        width = d + (bias != 0.0)
+        for name in ("shift", "div"):
+            if name in arrays and arrays[name].shape != (d,):
+                raise _not_a_model(path, f"{name} has shape {arrays[name].shape}; expected "
+                                         f"({d},)")  # fmt: skip
+    if kernel is None:
+        coef = _matrix(arrays, "W", path, width)
+    else:
+        coef = _matrix(arrays, "A", path)
+        if kernel == "rbf":
+            theta = meta.get("theta")
+            if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0:
+                raise _not_a_model(path, f"an RBF model needs theta > 0; got {theta!r}")
+            X = _matrix(arrays, "X_train", path, coef.shape[0])
+            if width is not None and X.shape[1] != width:
+                raise _not_a_model(path, f"X_train has {X.shape[1]} columns; the feature map "
+                                         f"gives {width}")  # fmt: skip
+    classes = meta.get("classes")
+    m = coef.shape[1]
+    if classes is not None:
+        if not isinstance(classes, list):
+            raise _not_a_model(path, f"metadata field 'classes' must be a list; got {classes!r}")
+        if len(classes) != m:
+            raise _not_a_model(path, f"{len(classes)} classes listed for {m} score columns")
+    n_classes = meta.get("n_classes")
+    if n_classes is not None and n_classes != m:
+        raise _not_a_model(path, f"n_classes is {n_classes!r}; the model has {m} score columns")
