@@ -126,7 +126,26 @@ def test_report_of_a_partial_sweep_says_so(tmp_path, ill_files):
     run_sweep(dataclasses.replace(exp, C_values=exp.C_values[:3]))
     rep = build_report(exp)
     assert rep.incomplete
-    assert rep.markdown.startswith("> **Incomplete sweep:** 8 of 14 grid fits are missing")
+    assert rep.markdown.startswith(
+        "> **Incomplete sweep:** 8 of 14 grid fits of the datasets it ran are missing"
+    )
+
+
+def test_report_of_a_sweep_that_skipped_datasets_is_complete(tmp_path, ill_files):
+    """A sweep run with --skip-missing (here: on one of two datasets) finished every fit it
+    could: the report names the dataset it did not run, claims no missing grid fits, and the
+    HTML page renders the notes' Markdown."""
+    from topkbench.experiments.html import _markdown
+
+    exp = ill_experiment(tmp_path, ill_files, certify_max_epochs=1)
+    run_sweep(exp)
+    other = dataclasses.replace(exp.datasets[0], name="absent")
+    rep = build_report(dataclasses.replace(exp, datasets=(exp.datasets[0], other)))
+    assert not rep.incomplete and "Incomplete sweep" not in rep.markdown
+    assert "Not run (no records of this configuration" in rep.markdown and "absent" in rep.markdown
+    page = _markdown("> **Incomplete sweep:** 3 of 4; run `topkbench sweep` <b>")
+    assert "<strong>Incomplete sweep:</strong>" in page and "<code>topkbench sweep</code>" in page
+    assert "**" not in page and "&lt;b&gt;" in page
 
 
 def test_second_sweep_is_refused_and_a_report_reads_meanwhile(tmp_path, ill_files):

@@ -303,6 +303,16 @@ def _cell(value, column: str) -> str:
     return f"<td{cls}{attr}>{text}</td>"
 
 
+def _inline(text: str) -> str:
+    """A line escaped, then the reports' inline Markdown (``**bold**``, ```code```) as HTML;
+    escaping first keeps any name in the text inert."""
+    import re
+
+    out = html.escape(text)
+    out = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", out)
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
+
+
 def _markdown(text: str) -> str:
     """The report's Markdown as HTML: headings, pipe tables (Δ cells coloured by size, cells
     marked uncertified in red), quotes and paragraphs; the only Markdown the reports write."""
@@ -341,9 +351,9 @@ def _markdown(text: str) -> str:
             level = min(len(line) - len(line.lstrip("#")) + 1, 4)
             out.append(f"<h{level}>{html.escape(line.lstrip('#').strip())}</h{level}>")
         elif line.startswith(">"):
-            out.append(f"<blockquote>{html.escape(line.lstrip('> '))}</blockquote>")
+            out.append(f"<blockquote>{_inline(line.lstrip('> '))}</blockquote>")
         elif line.strip():
-            out.append(f"<p>{html.escape(line)}</p>")
+            out.append(f"<p>{_inline(line)}</p>")
         i += 1
     return "\n".join(out)
 

@@ -61,9 +61,11 @@ def build_report(exp: ExperimentConfig) -> TableReport:
 
 
 def missing_fits(exp: ExperimentConfig, records: pd.DataFrame) -> tuple[int, int]:
-    """(missing, expected) base-grid fits of the selection stage: a report on a partial sweep
-    says so instead of selecting from incomplete grids in silence.  Rows the sweep skips
-    (k >= m on that dataset) are not expected."""
+    """(missing, expected) base-grid fits of the selection stage, over the datasets that have
+    records (a sweep with ``--skip-missing`` runs only the datasets whose files are present;
+    :func:`datasets_not_run` names the others): a report on a partial sweep says so instead
+    of selecting from incomplete grids in silence.  Rows the sweep skips (k >= m on that
+    dataset) are not expected."""
     from topkbench.experiments.plan import base_jobs
 
     theta = records["theta"].astype(float) if "theta" in records else np.full(len(records), np.nan)
@@ -76,7 +78,7 @@ def missing_fits(exp: ExperimentConfig, records: pd.DataFrame) -> tuple[int, int
     expected = missing = 0
     for job in base_jobs(exp):
         ds = exp.datasets[job.dataset].name
-        if job.row.k >= m_of.get(ds, np.inf):
+        if ds not in m_of or job.row.k >= m_of[ds]:
             continue
         th = -1.0 if job.theta is None else round(float(job.theta), 12)
         for C in job.C_values:
@@ -84,6 +86,12 @@ def missing_fits(exp: ExperimentConfig, records: pd.DataFrame) -> tuple[int, int
             coords = (ds, job.draw, job.row.row, job.row.k, job.row.gamma, job.fold, C, th)
             missing += coords not in have
     return missing, expected
+
+
+def datasets_not_run(exp: ExperimentConfig, records: pd.DataFrame) -> list[str]:
+    """The experiment's datasets without a single record of this configuration."""
+    have = set(records["dataset"]) if len(records) else set()
+    return [d.name for d in exp.datasets if d.name not in have]
 
 
 def _with_store_notes(exp, rep: TableReport, records, n_other: int) -> TableReport:
@@ -115,11 +123,17 @@ def _with_store_notes(exp, rep: TableReport, records, n_other: int) -> TableRepo
         missing, expected = missing_fits(exp, records)
         if missing:
             head = [
-                f"> **Incomplete sweep:** {missing} of {expected} grid fits are missing; the "
-                "selections below come from partial grids. Finish it with `topkbench sweep` "
-                "(same overrides).",
+                f"> **Incomplete sweep:** {missing} of {expected} grid fits of the datasets "
+                "it ran are missing; the selections below come from partial grids. Finish it "
+                "with `topkbench sweep` (same overrides).",
                 "",
             ]
+    skipped = datasets_not_run(exp, records)
+    if skipped:
+        notes.append(
+            f"Not run (no records of this configuration; their files were missing, or the "
+            f"sweep was not run on them): {', '.join(skipped)}."
+        )
     rep.markdown = "\n".join(head) + rep.markdown + "\n".join(notes) + "\n"
     rep.incomplete = bool(head)
     return rep
