@@ -322,3 +322,61 @@ def test_a_store_being_created_reads_as_empty(tmp_path):
     conn.close()
     store = RecordStore(tmp_path, "e")  # the file exists, the writer's tables do not yet
     assert store.keys() == set() and store.load().empty and store.load_warm("k") is None
+
+
+def test_damaged_store_is_a_one_line_error_with_the_recovery(tmp_path, ill_files):
+    """Pages overwritten in the middle of records.sqlite (a sound header): report, export and
+    sweep say 'cannot open record store' and how to recover, with no traceback."""
+    from typer.testing import CliRunner
+
+    from topkbench.cli import app
+
+    exp = ill_experiment(tmp_path, ill_files, certify_max_epochs=1)
+    run_sweep(exp)
+    db = Path(exp.results_dir) / exp.name / "records.sqlite"
+    for side in (db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
+        assert not side.exists() or side.stat().st_size == 0 or side.name.endswith("-shm")
+    data = bytearray(db.read_bytes())
+    assert len(data) > 3 * 4096
+    rng = np.random.default_rng(0)
+    data[4096:] = rng.integers(0, 256, len(data) - 4096, dtype=np.uint8).tobytes()
+    db.write_bytes(bytes(data))
+    store = RecordStore(exp.results_dir, exp.name)
+    with pytest.raises(StoreError, match="cannot open record store") as exc:
+        store.load()
+    assert "PRAGMA integrity_check" in exc.value.hint and "mv " in exc.value.hint
+    store.close()
+    runner = CliRunner()
+    args = [f"results_dir={exp.results_dir}", "experiment=table3"]
+    for cmd in (["report"], ["export", "--out", str(tmp_path / "r.csv")]):
+        res = runner.invoke(app, [*cmd, *args])
+        assert res.exit_code != 0 and "Traceback" not in res.output
+        assert "cannot open record store" in " ".join(res.output.split())
+
+
+def test_full_disk_during_a_sweep_keeps_what_finished(tmp_path, ill_files, monkeypatch):
+    """ENOSPC while writing a warm checkpoint: a one-line error saying where, that finished
+    records are kept and that re-running resumes; the records already committed stay."""
+    import errno
+
+    exp = ill_experiment(tmp_path, ill_files, certify_max_epochs=1)
+    calls = {"n": 0}
+    real = RecordStore._write_checkpoint_file
+
+    def full_after_five(self, key, C, A):
+        calls["n"] += 1
+        if calls["n"] > 5:
+            raise OSError(errno.ENOSPC, "No space left on device", str(self.warm / key))
+        return real(self, key, C, A)
+
+    monkeypatch.setattr(RecordStore, "_write_checkpoint_file", full_after_five)
+    with pytest.raises(StoreError) as exc:
+        run_sweep(exp)
+    text = str(exc.value)
+    assert "no space left on the disk while writing" in text and str(exp.results_dir) in text
+    assert "re-running the same command resumes" in text
+    kept = RecordStore(exp.results_dir, exp.name).load()
+    assert len(kept) >= 2
+    monkeypatch.setattr(RecordStore, "_write_checkpoint_file", real)
+    second = run_sweep(exp)
+    assert sum(s.cached for s in second) >= len(kept)

@@ -127,6 +127,48 @@ class StoreError(ConfigError):
     """The results directory cannot be used (locked, unwritable, an old layout)."""
 
 
+def _store_errors(method):
+    """Turn the faults a store meets on disk into one-line :class:`StoreError` s: a damaged
+    database file (``sqlite3.DatabaseError`` from pages overwritten anywhere, not only a bad
+    header) and a full disk (``ENOSPC`` from SQLite or from a checkpoint file), saying where
+    and how to go on.  Records committed before the fault are kept either way."""
+    import errno
+    import functools
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.DatabaseError as exc:
+            if "disk is full" in str(exc) or "disk I/O error" in str(exc):
+                raise StoreError(_disk_full(self.db, exc)) from None
+            if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
+                raise
+            raise _damaged(self.db, exc) from None
+        except OSError as exc:
+            if exc.errno == errno.ENOSPC:
+                raise StoreError(_disk_full(exc.filename or self.dir, exc)) from None
+            raise
+
+    return wrapper
+
+
+def _damaged(db, exc) -> StoreError:
+    return StoreError(
+        f"cannot open record store {db}: {exc}",
+        hint=f"check it with: sqlite3 {db} 'PRAGMA integrity_check'; if it is damaged, move "
+        f"it aside (mv {db} {db}.damaged) and re-run the sweep, which recomputes its records",
+    )
+
+
+def _disk_full(where, exc) -> str:
+    return (
+        f"no space left on the disk while writing {where} ({exc}); the records finished "
+        "before it are kept, and re-running the same command resumes from them once there "
+        "is space"
+    )
+
+
 class RecordStore:
     """Records of one experiment under ``<root>/<experiment>/``.
 
@@ -188,7 +230,7 @@ class RecordStore:
                 return None
             raise StoreError(f"cannot open record store {self.db}: {exc}") from None
         except sqlite3.Error as exc:
-            raise StoreError(f"cannot open record store {self.db}: {exc}") from None
+            raise _damaged(self.db, exc) from None
         if schema is None or int(schema[0]) != SCHEMA:
             conn.close()
             raise StoreError(
@@ -218,14 +260,17 @@ class RecordStore:
             self._conn = None
 
     # -- records -----------------------------------------------------------------------------
+    @_store_errors
     def has(self, key: str) -> bool:
         conn = self._connect(create=False)
         return bool(conn and conn.execute("SELECT 1 FROM records WHERE key = ?", (key,)).fetchone())
 
+    @_store_errors
     def keys(self) -> set[str]:
         conn = self._connect(create=False)
         return {k for (k,) in conn.execute("SELECT key FROM records")} if conn else set()
 
+    @_store_errors
     def write(
         self,
         key: str,
@@ -259,6 +304,7 @@ class RecordStore:
             raise
         conn.execute("COMMIT")
 
+    @_store_errors
     def load(self) -> pd.DataFrame:
         """All records (one consistent snapshot), one row each, sorted by key."""
         conn = self._connect(create=False)
@@ -284,12 +330,14 @@ class RecordStore:
             raise
         return key, float(C), name, hashlib.sha256(data).hexdigest()
 
+    @_store_errors
     def save_warm(self, key: str, C: float, A: np.ndarray) -> None:
         ck = self._write_checkpoint_file(key, C, A)
         conn = self._connect(create=True)
         with self._transaction(conn):
             conn.execute("INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?, ?)", ck)
 
+    @_store_errors
     def checkpoint_ref(self, key: str) -> CheckpointRef | None:
         """Where the checkpoint under ``key`` lives (read it with :func:`read_checkpoint`)."""
         conn = self._connect(create=False)
