@@ -380,3 +380,29 @@ def test_full_disk_during_a_sweep_keeps_what_finished(tmp_path, ill_files, monke
     monkeypatch.setattr(RecordStore, "_write_checkpoint_file", real)
     second = run_sweep(exp)
     assert sum(s.cached for s in second) >= len(kept)
+
+
+def test_report_on_a_read_only_results_directory_prints_and_warns(tmp_path, monkeypatch):
+    """The report files cannot be written (a read-only results directory; simulated, since
+    root writes anywhere): the report still goes to stdout, with a warning."""
+    import errno
+
+    from typer.testing import CliRunner
+
+    import topkbench.experiments.render as render
+    from topkbench.cli import app
+
+    args = ["experiment=table7_smoke", "experiment.C_grid.step=4", f"results_dir={tmp_path}",
+            'experiment.rows=[{row: "LR^ML", method: lr_ml}]']  # fmt: skip
+    runner = CliRunner()
+    assert runner.invoke(app, ["sweep", *args]).exit_code == 0
+
+    def read_only(exp, rep):
+        raise PermissionError(errno.EACCES, "Permission denied", str(tmp_path / "report.md"))
+
+    monkeypatch.setattr(render, "write_report", read_only)
+    res = runner.invoke(app, ["report", *args])
+    assert res.exit_code == 0, res.output
+    assert "| LR^ML |" in res.stdout
+    text = " ".join(res.output.split())
+    assert "could not write the report files" in text and "Permission denied" in text

@@ -146,23 +146,34 @@ def report(
 
     exp = ExperimentConfig.from_dict(compose(overrides, "report"))
     rep = build_report(exp)
-    paths = write_report(exp, rep)
-    if as_html or figures is not None:
-        from topkbench.experiments.html import write_html_report
-        from topkbench.experiments.selection import current_records
-        from topkbench.experiments.store import RecordStore
+    paths: list = []
+    try:
+        paths += write_report(exp, rep)
+        if as_html or figures is not None:
+            from topkbench.experiments.html import write_html_report
+            from topkbench.experiments.selection import current_records
+            from topkbench.experiments.store import RecordStore
 
-        store = RecordStore(exp.results_dir, exp.name)
-        try:
-            records = current_records(exp, store.load())
-        finally:
-            store.close()
-        page = Path(exp.results_dir) / exp.name / "report.html"
-        paths += write_html_report(exp, rep, records, page, figures)
+            store = RecordStore(exp.results_dir, exp.name)
+            try:
+                records = current_records(exp, store.load())
+            finally:
+                store.close()
+            page = Path(exp.results_dir) / exp.name / "report.html"
+            paths += write_html_report(exp, rep, records, page, figures)
+    except OSError as exc:  # a read-only or full results directory: the report still prints
+        where = exc.filename or Path(exp.results_dir) / exp.name
+        reason = exc.strerror or exc
+        typer.echo(
+            f"warning: could not write the report files ({where}: {reason}); the report is "
+            "printed to stdout only",
+            err=True,
+        )
     sys.stdout.write(rep.markdown)
     if rep.incomplete:
         log.warning("the sweep of this configuration is incomplete: see the report's first line")
-    sys.stderr.write("written: " + ", ".join(str(p) for p in paths) + "\n")
+    if paths:
+        sys.stderr.write("written: " + ", ".join(str(p) for p in paths) + "\n")
 
 
 @app.command(
