@@ -406,3 +406,28 @@ def test_report_on_a_read_only_results_directory_prints_and_warns(tmp_path, monk
     assert "| LR^ML |" in res.stdout
     text = " ".join(res.output.split())
     assert "could not write the report files" in text and "Permission denied" in text
+
+
+def test_report_without_its_refits_says_the_sweep_is_incomplete(tmp_path):
+    """Cross-validated selections whose refit records are missing (an interrupted refit
+    stage) leave cells empty: the report says so as it does for missing grid fits."""
+    import sqlite3
+
+    from typer.testing import CliRunner
+
+    from topkbench.cli import app
+
+    args = ["experiment=table7_smoke", "experiment.C_grid.step=4", f"results_dir={tmp_path}",
+            'experiment.rows=[{row: "LR^ML", method: lr_ml}]']  # fmt: skip
+    runner = CliRunner()
+    assert runner.invoke(app, ["sweep", *args]).exit_code == 0
+    complete = runner.invoke(app, ["report", *args])
+    assert complete.exit_code == 0 and "Incomplete" not in complete.stdout
+    db = tmp_path / "table7_smoke" / "records.sqlite"
+    with sqlite3.connect(db) as conn:
+        pattern = '%"fold":"refit"%'
+        gone = conn.execute("DELETE FROM records WHERE body LIKE ?", (pattern,)).rowcount
+    assert gone > 0
+    res = runner.invoke(app, ["report", *args])
+    assert res.exit_code == 0, res.output
+    assert res.stdout.startswith("> **Incomplete sweep:** 7 of 7 selected models have no test")

@@ -128,6 +128,15 @@ def _with_store_notes(exp, rep: TableReport, records, n_other: int) -> TableRepo
                 "with `topkbench sweep` (same overrides).",
                 "",
             ]
+    unfinished = int((sel["status"] == "missing").sum()) if n_sel else 0
+    if unfinished:
+        head = [
+            *head[:1],
+            f"> **Incomplete sweep:** {unfinished} of {n_sel} selected models have no test "
+            "record (the refit stage is missing or unfinished); their cells are empty. Finish "
+            "it with `topkbench sweep` (same overrides).",
+            "",
+        ]
     skipped = datasets_not_run(exp, records)
     if skipped:
         notes.append(
