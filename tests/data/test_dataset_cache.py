@@ -79,3 +79,25 @@ def test_float32_option_halves_dense_features(libsvm_cfg):
         np.testing.assert_array_equal(ds.splits[split][0], ref.splits[split][0].astype(np.float32))
     sparse = load_dataset(libsvm_cfg(float32=True), 0).splits["train"][0]
     assert sp.issparse(sparse) and sparse.dtype == np.float64
+
+
+def test_an_unwritable_data_directory_only_skips_the_cache(libsvm_cfg, monkeypatch):
+    """A read-only data directory (shipped data, an archive) or a full disk: the data loads
+    as without a cache, and nothing is left behind."""
+    import errno
+
+    import topkbench.data.cache as cache
+
+    def refuse(path, write):
+        raise OSError(errno.EROFS, "Read-only file system", str(path))
+
+    monkeypatch.setattr(cache, "_atomic_write", refuse)
+    cfg = libsvm_cfg()
+    ds = load_dataset_cached(cfg, 0)
+    ref = load_dataset(cfg, 0)
+    for split, (X, y) in ref.splits.items():
+        np.testing.assert_array_equal(np.asarray(ds.splits[split][0].todense()
+                                                 if sp.issparse(X) else ds.splits[split][0]),
+                                      np.asarray(X.todense() if sp.issparse(X) else X))  # fmt: skip
+        np.testing.assert_array_equal(ds.splits[split][1], y)
+    assert not _cache_path(cfg).exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import logging
 import os
 from pathlib import Path
 
@@ -11,6 +12,8 @@ import numpy as np
 from topkbench.config import DatasetConfig
 from topkbench.data.dataset import Dataset, load_dataset
 from topkbench.data.files import data_dir, missing_files, resolve_path, unique_files
+
+log = logging.getLogger(__name__)
 
 
 def _cache_path(cfg: DatasetConfig) -> Path:
@@ -56,15 +59,18 @@ def load_dataset_cached(cfg: DatasetConfig, seed: int) -> Dataset:
         except (OSError, pickle.UnpicklingError, EOFError, ValueError):
             path.unlink(missing_ok=True)
     ds = load_dataset(cfg, seed)
-    path.parent.mkdir(parents=True, exist_ok=True)
     shell = copy.copy(ds)
     shell.splits = dict(ds.splits)
-    for split, (X, y) in ds.splits.items():
-        if isinstance(X, np.ndarray) and X.dtype.kind == "f":
-            name = f"{path.stem}.{split}.npy"
-            _atomic_write(path.parent / name, lambda fh, X=X: np.save(fh, X))
-            shell.splits[split] = (_NPY_REF + name, y)
-    _atomic_write(path, lambda fh: pickle.dump(shell, fh, protocol=pickle.HIGHEST_PROTOCOL))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for split, (X, y) in ds.splits.items():
+            if isinstance(X, np.ndarray) and X.dtype.kind == "f":
+                name = f"{path.stem}.{split}.npy"
+                _atomic_write(path.parent / name, lambda fh, X=X: np.save(fh, X))
+                shell.splits[split] = (_NPY_REF + name, y)
+        _atomic_write(path, lambda fh: pickle.dump(shell, fh, protocol=pickle.HIGHEST_PROTOCOL))
+    except OSError as exc:  # a read-only data directory or a full disk: the cache is optional
+        log.debug("dataset cache not written under %s: %s", path.parent, exc)
     return ds
 
 
