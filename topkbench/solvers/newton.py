@@ -1,5 +1,6 @@
-"""Newton's method in the primal when ``d m`` is small, for every SDCA loss, certified by the
-dual its gradient defines (DESIGN §5).
+"""Newton's method in the primal (with the formed Hessian when ``d m`` is small, Newton-CG for
+the logistic losses above that), for every SDCA loss, certified by the dual its gradient
+defines (DESIGN §5).
 
 **Why.** Any coordinate or first-order method needs about ``sqrt(C R^2 / mu)`` epochs per
 factor e of the gap (accelerated SDCA, :mod:`topkbench.solvers.accelerated`), which is
@@ -38,11 +39,21 @@ The losses, their gradients and (generalized) Hessians in the scores:
   ``H = M^T J M / gamma``, J the projection's Jacobian on the support S of v: ``I_S`` when
   ``t = 0``, ``I_S - 1_S 1_S^T / |S|`` when the sum constraint binds (t > 0).  H is
   piecewise constant, so this is a semismooth Newton method.
-* The top-k hinges (gamma > 0), top-k Ent and SVM^ML_gamma: the gradient is the kernels'
-  block update of a zero-norm example (:func:`topkbench.losses.dispatch.gradient_duals`; it
-  maximizes ``<v, s> - L*(v)``), and H_i are its forward differences along each score,
-  symmetrized.  The smoothed hinges' gradients are projections onto polytopes, piecewise
-  linear, so off a kink the differences are their (generalized) Jacobians exactly.
+* SVM^ML_gamma: ``G = sigma * proj_B(z)`` through the bipartite projection, whose Jacobian on
+  its face is written out (:meth:`_Derivatives._bipartite_curvature`).
+* The top-k hinges (gamma > 0) and top-k Ent: the gradient is the kernels' block update of a
+  zero-norm example (:func:`topkbench.losses.dispatch.gradient_duals`; it maximizes ``<v, s>
+  - L*(v)``), and H_i are its forward differences, symmetrized: along the coordinates of the
+  gradient's support for the hinges (:func:`topkbench.losses.dispatch.support_hessians`),
+  along every score for top-k Ent.  The smoothed hinges' gradients are projections onto
+  polytopes, piecewise linear, so off a kink the differences are their (generalized)
+  Jacobians exactly.
+
+Every analytic H_i is a diagonal plus at most three signed rank-one terms
+(:class:`Curvature`); the Hessian is assembled from those products, or, for the hinges whose
+H_i live on a few classes, by one compiled pass over the examples' supports
+(:mod:`topkbench.solvers.hessian_kernels`), whichever costs less.  Above ``d m =
+NEWTON_MAX_DIM`` the logistic losses take Newton-CG steps instead (:func:`_cg_direction`).
 
 **Nonsmooth hinges (gamma = 0): smoothing continuation**, as in the accelerated solver: the
 stages solve the gamma-smoothed problem for gamma = 1, then smaller gamma
@@ -64,10 +75,11 @@ nonetheless computed by the kernels from their loss and conjugate values, like e
 certificate (the identity is checked in the tests).  For a continuation stage the identity
 holds for the stage's loss; the gamma = 0 gap adds the smoothing's share.
 
-**Globalization.** Backtracking (Armijo) line search on F along the Newton direction, with the
-kernels' loss values; the scores along it are ``S + t X Delta``, so a trial step costs no
-product with X.  Rounded or finite-difference H_i can leave the assembled Hessian a few ulps
-short of positive definite; :func:`_newton_step` then shifts its diagonal (Levenberg).  When
+**Globalization.** Armijo's test at the full step, else the exact minimizer along the
+Newton direction (:func:`_exact_step`), else backtracking; the scores along it are ``S + t X
+Delta``, so a trial step costs no product with X.  Rounded or finite-difference H_i can
+leave the assembled Hessian a few ulps short of positive definite; :func:`_newton_step` then
+shifts its diagonal (Levenberg).  When
 the line search fails (F no longer decreases: the rounding floor), the solver hands the run
 back with its dual, which plain SDCA continues from.
 """
@@ -106,11 +118,9 @@ PAIRWISE_SLOWDOWN = 4.0
 CG_FORCING = 0.1
 CG_MAX_ITERATIONS = 500
 # the losses Newton-CG takes over where d m is above NEWTON_MAX_DIM: the logistic ones, whose
-# curvature is bounded (measured on the real scene file, 1,211 x 294, m = 6, ε = 1e-3, along
-# the warm C path: LR^ML at C = 2^4 and 2^5 in 3 Newton-CG iterations each, 0.18 and 0.28 s,
-# against 0.28 and 0.38 s for accelerated SDCA).  The smoothed hinges' curvature C R^2 /
-# gamma makes the Hessian-vector systems long (SVM^ML_gamma there: 14 iterations of about 90
-# products, 1.0 s against 0.33 s): they stay with accelerated SDCA.
+# curvature is bounded, so that a handful of preconditioned products solve each Newton system;
+# the smoothed hinges' curvature C R^2 / gamma makes those systems long, and accelerated SDCA
+# reaches eps first there (docs/conditioning.md has the measurement)
 NEWTON_CG_LOSSES = (ids.LOSS_LR_MULTI, ids.LOSS_LR_ML, ids.LOSS_LR_OVA)
 # the losses whose gradient and Hessian are written out here; the others take the kernels'
 # gradient and a finite-difference Hessian

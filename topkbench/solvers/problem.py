@@ -27,9 +27,8 @@ def blas_threads(n: int):
     """A context that holds the BLAS to ``n`` threads.
 
     The second-order phases multiply and factor matrices of a few hundred rows, where a
-    second OpenBLAS thread costs more in wake-ups and spinning than it saves, and on a shared
-    2-core machine (or beside a second worker process) it can make a 432 x 432 Cholesky
-    factorization twenty times slower than on one thread."""
+    second OpenBLAS thread costs more in wake-ups and spinning than it saves, most of all
+    beside a second worker process on the same cores (docs/performance.md)."""
     global _BLAS
     if _BLAS is None:
         from threadpoolctl import ThreadpoolController
