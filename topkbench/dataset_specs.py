@@ -111,14 +111,16 @@ FILE_KINDS = {
 
 ALL_KINDS = {**GENERATED_KINDS, **FILE_KINDS}
 
-_CASTS = {"int": int, "float": float, "bool": bool, "str": str, "int | None": int,
-          "str | None": str,
-          "int | str | None": lambda v: v if isinstance(v, str) else int(v)}  # fmt: skip
-
-
-_TYPE_NAMES = {"int": "an integer", "float": "a number", "bool": "true or false",
-               "str": "a string", "int | None": "an integer", "str | None": "a string",
-               "int | str | None": "an integer or a name"}  # fmt: skip
+# each field type's cast, and what it takes, for the error a value that does not cast gets
+_CASTS = {
+    "int": (int, "an integer"),
+    "float": (float, "a number"),
+    "bool": (bool, "true or false"),
+    "str": (str, "a string"),
+    "int | None": (int, "an integer"),
+    "str | None": (str, "a string"),
+    "int | str | None": (lambda v: v if isinstance(v, str) else int(v), "an integer or a name"),
+}
 
 
 def _read(cls, options: dict[str, Any]):
@@ -130,10 +132,10 @@ def _read(cls, options: dict[str, Any]):
             continue
         value = options[f.name]
         try:
-            values[f.name] = None if value is None else _CASTS[f.type](value)
+            values[f.name] = None if value is None else _CASTS[f.type][0](value)
         except (TypeError, ValueError, OverflowError):
             raise ConfigError(
-                f"dataset.{f.name} must be {_TYPE_NAMES[f.type]}; got {value!r}"
+                f"dataset.{f.name} must be {_CASTS[f.type][1]}; got {value!r}"
             ) from None
     return cls(**values)
 

@@ -118,25 +118,23 @@ def _with_store_notes(exp, rep: TableReport, records, n_other: int) -> TableRepo
             f"{n_other} records in {Path(exp.results_dir) / exp.name} belong to other settings, "
             "data files or code versions and were not used."
         )
-    head = []
+    banners = []
     if not exp.multilabel or exp.layout != "class_ap":
         missing, expected = missing_fits(exp, records)
         if missing:
-            head = [
+            banners.append(
                 f"> **Incomplete sweep:** {missing} of {expected} grid fits of the datasets "
                 "it ran are missing; the selections below come from partial grids. Finish it "
-                "with `topkbench sweep` (same overrides).",
-                "",
-            ]
+                "with `topkbench sweep` (same overrides)."
+            )
     unfinished = int((sel["status"] == "missing").sum()) if n_sel else 0
     if unfinished:
-        head = [
-            *head[:1],
+        banners.append(
             f"> **Incomplete sweep:** {unfinished} of {n_sel} selected models have no test "
             "record (the refit stage is missing or unfinished); their cells are empty. Finish "
-            "it with `topkbench sweep` (same overrides).",
-            "",
-        ]
+            "it with `topkbench sweep` (same overrides)."
+        )
+    head = [*banners, ""] if banners else []
     skipped = datasets_not_run(exp, records)
     if skipped:
         notes.append(

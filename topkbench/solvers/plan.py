@@ -72,13 +72,14 @@ def _second_order_of(prob: SDCAProblem) -> str | None:
     return second_order(prob.kind, prob.X.shape[1], prob.m, prob.loss_id)
 
 
-def _nonsmooth_to_newton(prob: SDCAProblem, eps: float, gamma: float) -> bool:
-    """Whether a well-conditioned run is watched for the nonsmooth rule of :func:`hand_over`."""
+def _nonsmooth_rule(second: str | None, loss_id: int, gamma: float, eps: float) -> bool:
+    """Whether a well-conditioned run is watched for the nonsmooth rule of :func:`hand_over`:
+    a nonsmooth hinge with an analytic Hessian, dense Newton, and eps within its reach."""
     return (
-        _second_order_of(prob) == "newton"
-        and prob.loss_id in ANALYTIC_LOSSES
+        second == "newton"
+        and loss_id in ANALYTIC_LOSSES
         and eps >= NONSMOOTH_MIN_EPS
-        and loss_smoothness(prob.loss_id, gamma) == 0.0
+        and loss_smoothness(loss_id, gamma) == 0.0
     )
 
 
@@ -103,7 +104,8 @@ def hand_over(run: Run, prob: SDCAProblem, accelerate: str, C: float, gamma: flo
     if accelerate in ("catalyst", "newton"):
         return cond > 1.0
     if cond < ACCEL_MIN_CONDITION:
-        if not _nonsmooth_to_newton(prob, run.eps, gamma) or run.epochs < NONSMOOTH_MIN_EPOCHS:
+        watched = _nonsmooth_rule(_second_order_of(prob), prob.loss_id, gamma, run.eps)
+        if not watched or run.epochs < NONSMOOTH_MIN_EPOCHS:
             return False
         return predicted_epochs(run) > newton_cost_epochs(prob)
     if _second_order_of(prob) is not None:
@@ -141,8 +143,7 @@ def plan(kind: str, d: int, m: int, loss_id: int, gamma: float, accelerate: str 
     if second is not None:
         rule = ("at the first certificate, C R^2 / mu > 1" if forced else
                 f"at the first certificate once C R^2 / mu >= {ACCEL_MIN_CONDITION:g}")  # fmt: skip
-        if (not forced and second == "newton" and not smooth and loss_id in ANALYTIC_LOSSES
-                and eps >= NONSMOOTH_MIN_EPS):  # fmt: skip
+        if not forced and _nonsmooth_rule(second, loss_id, gamma, eps):
             rule += ("; below it, once plain SDCA's predicted epochs exceed a Newton "
                      "continuation's cost")  # fmt: skip
         if not smooth:
