@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 import topkbench
 from topkbench.bench.common import make_gaussian_problem
@@ -63,3 +64,27 @@ def test_nonfinite_entry_is_located_past_the_first_block():
     X[33_333, 2] = np.nan
     with pytest.raises(InputError, match="contains nan at row 33333, column 2"):
         check_features(X)
+
+
+@pytest.mark.parametrize("blocked", [False, True])
+def test_csr_scores_match_scipy(monkeypatch, blocked):
+    """The compiled CSR-times-dense product (scores and certificates) equals scipy's, empty
+    rows, unsorted and int32 indices included, in one pass or by row blocks."""
+    rng = np.random.default_rng(3)
+    X = sp.random(257, 40, density=0.1, format="csr", random_state=rng)
+    X[[0, 100, 256]] = 0.0
+    X.eliminate_zeros()
+    X.indices[X.indptr[5] : X.indptr[6]] = X.indices[X.indptr[5] : X.indptr[6]][::-1].copy()
+    W = rng.normal(size=(40, 7))
+    A = rng.normal(size=(257, 7))
+    y = rng.integers(0, 7, size=257)
+    want_obj = S.evaluate_objective(X.toarray(), y, A, W, 1, 0.7, 0.0, 1)
+    if blocked:
+        monkeypatch.setattr(S, "ROW_BLOCK", 64)
+        monkeypatch.setattr(S, "_BLOCK_ENTRIES", 10)
+    got = S.features_dot(X, W)
+    assert got.flags.c_contiguous and got.dtype == np.float64
+    np.testing.assert_allclose(got, X.toarray() @ W, rtol=1e-13, atol=1e-13)
+    assert not got[[0, 100, 256]].any()
+    np.testing.assert_allclose(S.evaluate_objective(X, y, A, W, 1, 0.7, 0.0, 1), want_obj,
+                               rtol=1e-13)  # fmt: skip

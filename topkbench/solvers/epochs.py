@@ -480,3 +480,21 @@ def sdca_epochs_gram(K, yptr, yidx, A, B, perms, loss, Cs, gamma, k, rho, troots
                 for j in range(m):
                     B[i, j] += s[j]
     return failures
+
+
+@njit(cache=True)
+def csr_dot_dense(indptr, indices, data, W, out):
+    """``out = X W`` for CSR ``X`` (int64 ``indptr``/``indices``) and row-major ``W``: one
+    pass over each row's nonzeros, each adding a scaled row of W, as the epoch kernels form
+    their scores.  scipy's CSR-times-dense product runs several times slower at the large-m
+    shapes (n x m outputs of tens of MB) where the certificates need it."""
+    m = W.shape[1]
+    for i in range(indptr.shape[0] - 1):
+        row = out[i]
+        for j in range(m):
+            row[j] = 0.0
+        for q in range(indptr[i], indptr[i + 1]):
+            xf = data[q]
+            w = W[indices[q]]
+            for j in range(m):
+                row[j] += xf * w[j]

@@ -100,6 +100,24 @@ def _rows64(X, a: int, b: int):
     return X[a:b] if sp.issparse(X) else np.asarray(X[a:b], dtype=np.float64)
 
 
+def features_dot(X, W) -> np.ndarray:
+    """The scores ``X W`` as a C-contiguous float64 n x m matrix: dense ``X`` by BLAS (by row
+    blocks when :func:`_blocked`), CSR by :func:`~topkbench.solvers.epochs.csr_dot_dense`."""
+    W = np.ascontiguousarray(W, dtype=np.float64)
+    if not sp.issparse(X):
+        if not _blocked(X, W.shape[1]):
+            return np.ascontiguousarray(X @ W, dtype=np.float64)
+        out = np.empty((X.shape[0], W.shape[1]))
+        for a in range(0, X.shape[0], ROW_BLOCK):
+            b = min(a + ROW_BLOCK, X.shape[0])
+            out[a:b] = _rows64(X, a, b) @ W
+        return out
+    out = np.empty((X.shape[0], W.shape[1]))
+    _e.csr_dot_dense(X.indptr.astype(np.int64, copy=False), X.indices.astype(np.int64, copy=False),
+                     np.asarray(X.data, dtype=np.float64), W, out)  # fmt: skip
+    return out
+
+
 def features_t_dot(X, A) -> np.ndarray:
     """``X^T A`` as a C-contiguous float64 d x m matrix, by row blocks when :func:`_blocked`."""
     if not _blocked(X, A.shape[1]):
@@ -171,13 +189,13 @@ def evaluate_objective(X, y, A, W, loss_id: int, C: float, gamma: float, k: int,
         S = np.zeros((n, W.shape[1]))
         lsum, csum = _k.objective_terms(S, yptr, yidx, A, loss_id, Cs, gamma, k, rho, 0.0, 0.0, g)
     elif not _blocked(X, W.shape[1]):
-        S = np.ascontiguousarray(X @ W, dtype=np.float64)
+        S = features_dot(X, W)
         lsum, csum = _k.objective_terms(S, yptr, yidx, A, loss_id, Cs, gamma, k, rho, 0.0, 0.0, g)
     else:
         lsum = csum = 0.0
         for a in range(0, n, ROW_BLOCK):
             b = min(a + ROW_BLOCK, n)
-            S = np.ascontiguousarray(_rows64(X, a, b) @ W, dtype=np.float64)
+            S = features_dot(_rows64(X, a, b), W)
             ptr = yptr[a : b + 1] - yptr[a]
             lsum, csum = _k.objective_terms(
                 S, ptr, yidx[yptr[a] : yptr[b]], A[a:b], loss_id, Cs[a:b], gamma, k, rho,
@@ -300,13 +318,7 @@ class SDCAProblem:
         """The n x m training scores of the primal point ``rep``."""
         if self.kind == "gram":
             return np.ascontiguousarray(self.X @ rep)
-        if not _blocked(self.X, self.m):
-            return np.ascontiguousarray(self.X @ rep, dtype=np.float64)
-        out = np.empty((self.n, self.m))
-        for a in range(0, self.n, ROW_BLOCK):
-            b = min(a + ROW_BLOCK, self.n)
-            out[a:b] = _rows64(self.X, a, b) @ rep
-        return out
+        return features_dot(self.X, rep)
 
     def sq_norm(self, rep, S=None) -> float:
         """``||W||^2`` of the primal point ``rep`` (``<B, K B>`` from its scores ``S`` for a
