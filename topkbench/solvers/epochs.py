@@ -392,6 +392,20 @@ def _epochs_dense_padded(X, yptr, yidx, sqnorms, A, W, m, perms, loss, Cs, gamma
 
 
 @njit(cache=True)
+def _csr_row_scores(indptr, indices, data, i, W, s):
+    """``s = W^T x_i`` for CSR row i: one pass over its nonzeros, each adding a scaled row of
+    the row-major W."""
+    m = W.shape[1]
+    for j in range(m):
+        s[j] = 0.0
+    for q in range(indptr[i], indptr[i + 1]):
+        xf = data[q]
+        f = indices[q]
+        for j in range(m):
+            s[j] += xf * W[f, j]
+
+
+@njit(cache=True)
 def sdca_epochs_csr(
     indptr, indices, data, yptr, yidx, sqnorms, A, W, perms, loss, Cs, gamma, k, rho, troots
 ):
@@ -404,13 +418,7 @@ def sdca_epochs_csr(
     for e in range(n_epochs):
         for p in range(perms.shape[1]):
             i = perms[e, p]
-            for j in range(m):
-                s[j] = 0.0
-            for q in range(indptr[i], indptr[i + 1]):
-                xf = data[q]
-                f = indices[q]
-                for j in range(m):
-                    s[j] += xf * W[f, j]
+            _csr_row_scores(indptr, indices, data, i, W, s)
             if _update(
                 loss,
                 yptr,
@@ -484,17 +492,9 @@ def sdca_epochs_gram(K, yptr, yidx, A, B, perms, loss, Cs, gamma, k, rho, troots
 
 @njit(cache=True)
 def csr_dot_dense(indptr, indices, data, W, out):
-    """``out = X W`` for CSR ``X`` (int64 ``indptr``/``indices``) and row-major ``W``: one
-    pass over each row's nonzeros, each adding a scaled row of W, as the epoch kernels form
-    their scores.  scipy's CSR-times-dense product runs several times slower at the large-m
-    shapes (n x m outputs of tens of MB) where the certificates need it."""
-    m = W.shape[1]
+    """``out = X W`` for CSR ``X`` (int64 ``indptr``/``indices``) and row-major ``W``, row by
+    row as the epoch kernels form their scores.  scipy's CSR-times-dense product runs several
+    times slower at the large-m shapes (n x m outputs of tens of MB) where the certificates
+    need it."""
     for i in range(indptr.shape[0] - 1):
-        row = out[i]
-        for j in range(m):
-            row[j] = 0.0
-        for q in range(indptr[i], indptr[i + 1]):
-            xf = data[q]
-            w = W[indices[q]]
-            for j in range(m):
-                row[j] += xf * w[j]
+        _csr_row_scores(indptr, indices, data, i, W, out[i])

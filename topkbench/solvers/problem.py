@@ -77,6 +77,8 @@ def _as_features(X):
     if sp.issparse(X):
         Xc = sp.csr_matrix(X, dtype=np.float64)
         Xc.sum_duplicates()
+        # the compiled kernels take int64 indices: converted once here, not at every product
+        Xc.indptr, Xc.indices = Xc.indptr.astype(np.int64), Xc.indices.astype(np.int64)
         return "csr", Xc
     dtype = np.float32 if getattr(X, "dtype", None) == np.float32 else np.float64
     return "dense", np.ascontiguousarray(X, dtype=dtype)
@@ -260,9 +262,6 @@ class SDCAProblem:
         else:
             self.kind, self.X = _as_features(X)
             self.sqnorms = row_sqnorms(self.X)
-        if self.kind == "csr":
-            self.indptr = self.X.indptr.astype(np.int64)
-            self.indices = self.X.indices.astype(np.int64)
         self.n = self.X.shape[0]
         self.m = int(n_classes)
         self.y = as_label_csr(y)
@@ -302,7 +301,7 @@ class SDCAProblem:
                 self.k, self.rho, troots,
             )  # fmt: skip
         return _e.sdca_epochs_csr(
-            self.indptr, self.indices, self.X.data, yptr, yidx, self.sqnorms, A, rep, perms,
+            self.X.indptr, self.X.indices, self.X.data, yptr, yidx, self.sqnorms, A, rep, perms,
             self.loss_id, Cs, gamma, self.k, self.rho, troots,
         )  # fmt: skip
 
