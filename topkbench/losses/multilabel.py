@@ -49,7 +49,7 @@ import math
 from numba import njit
 
 from topkbench.losses.ids import LOSS_LR_ML, LOSS_SVM_ML  # noqa: E402
-from topkbench.prox.bipartite import bipartite_thresholds
+from topkbench.prox.bipartite import bipartite_from_candidates
 from topkbench.prox.lambertw import lambertw_exp
 from topkbench.prox.roots import STATUS_OK, _entropic_root
 
@@ -89,30 +89,76 @@ def _softmax_into(q, out):
 
 
 @njit(cache=True)
-def _shifted_blocks(u, mask, k, den, work):
-    """The blocks ``b = (1/2 - u_Y)/den`` and ``bbar = (1/2 + u_Ybar)/den`` of the SVM^ML
-    projection, each shifted to a maximum of 0, into ``work[:k]`` and ``work[k:]``; returns the
-    sum of the shifts (the ``offset`` of :func:`bipartite_thresholds`).  Shifting before the
-    division keeps full accuracy when ``1/den`` is huge (tiny ``C ||x||^2``, tiny gamma):
-    ``b_j - max b = (min_Y u - u_j)/den``."""
+def _ml_projection(u, mask, labels, den, r, w, idx, old):
+    """Thresholds of the SVM^ML projection ``(p, pbar) = proj_{B(r)}((1/2 - u_Y)/den,
+    (1/2 + u_Ybar)/den)`` (module docstring), with each block shifted to a maximum of 0 in
+    ``w`` (length m; may be ``u`` itself)::
+
+        w_j = (min_Y u - u_j) / den  on Y,      w_j = (u_j - max_Ybar u) / den  off Y.
+
+    Shifting before the division keeps full accuracy when ``1/den`` is huge (tiny ``C
+    ||x||^2``, tiny gamma); the shifts sum to ``offset = (1 + max_Ybar u - min_Y u)/den``
+    (:func:`~topkbench.prox.bipartite.bipartite_thresholds`).
+
+    Only negatives above a cut can be positive, and only they go to the projection
+    (:func:`~topkbench.prox.bipartite.bipartite_from_candidates`), so its knapsack never walks
+    the many negatives of a large label space.  The cut is ``-r`` (within ``r`` of the
+    largest), raised by ``old``, the previous dual block in an SDCA update (an empty array
+    otherwise): for any set ``S`` of negatives, ``(sum_S w - r)/|S|`` is at most the knapsack
+    threshold over ``S`` (variable fixing's first iterate), which is at most the threshold
+    over all negatives (``sum_S (w - t)_+`` is smaller at every ``t``).  With ``S`` the
+    previous block's negative support, a support that moved little leaves few candidates.
+
+    Returns ``(t, s, offset, nx, ny)``: ``p_j = (w_j - t)_+`` for ``j`` in ``idx[:nx]``,
+    ``pbar_j = (w_j - s)_+`` for ``j`` in ``idx[k:k+ny]``; every other entry is 0.
+    """
     m = u.shape[0]
+    k = labels.shape[0]
     umin = math.inf
+    for p in range(k):
+        umin = min(umin, u[labels[p]])
     umax = -math.inf
     for j in range(m):
-        if mask[j]:
-            umin = min(umin, u[j])
-        else:
-            umax = max(umax, u[j])
-    py = 0
-    pn = k
-    for j in range(m):
-        if mask[j]:
-            work[py] = (umin - u[j]) / den
-            py += 1
-        else:
-            work[pn] = (u[j] - umax) / den
-            pn += 1
-    return (1.0 + umax - umin) / den
+        v = -math.inf if mask[j] else u[j]
+        umax = v if v > umax else umax
+    ix = idx[:k]
+    iy = idx[k:]
+    nx = 0
+    for p in range(k):
+        j = labels[p]
+        v = (umin - u[j]) / den
+        w[j] = v
+        if v > -r:
+            ix[nx] = j
+            nx += 1
+    cut = -r
+    if old.shape[0] == m:
+        hsum = 0.0
+        hcount = 0
+        for j in range(m):
+            v = w[j] if mask[j] else (u[j] - umax) / den
+            w[j] = v
+            in_old = old[j] < 0.0
+            hsum += v if in_old else 0.0
+            hcount += in_old
+        if hcount > 0:
+            cut = max(cut, (hsum - r) / hcount)
+    else:
+        for j in range(m):
+            w[j] = w[j] if mask[j] else (u[j] - umax) / den
+    # branch-free compaction (iy[ny] is overwritten until a candidate keeps it) up to the
+    # last negative: iy has room for every negative, and before the last one fewer than all
+    # have been counted
+    end = m
+    while end > 0 and mask[end - 1]:
+        end -= 1
+    ny = 0
+    for j in range(end):
+        iy[ny] = j
+        ny += (not mask[j]) and w[j] > cut
+    offset = (1.0 + umax - umin) / den
+    t, sb, nx, ny = bipartite_from_candidates(w, w, r, ix, nx, iy, ny, offset, 0.0, 0.0)
+    return t, sb, offset, nx, ny
 
 
 @njit(cache=True)
@@ -138,26 +184,25 @@ def update_block_ml(loss, labels, s, a, kii, C, gamma, out, work, vals, idx, tro
                 out[j] = C / k if mask[j] else -C / (m - k)
             _set_mask(mask, labels, False)
             return status
-        # b = (1/2 - q_Y)/den, bbar = (1/2 + q_Ybar)/den with q = s - K a (into vals first)
+        # b = (1/2 - q_Y)/den, bbar = (1/2 + q_Ybar)/den with q = s - K a (into vals, then
+        # shifted in place)
         for j in range(m):
             vals[j] = s[j] - kii * a[j]
-        offset = _shifted_blocks(vals, mask, k, den, work)
-        t, sb = bipartite_thresholds(work[:k], work[k:], C, idx[:k], idx[k:], offset)
-        sum_p = 0.0
-        sum_pb = 0.0
-        py = 0
-        pn = k
+        t, sb, _, nx, ny = _ml_projection(vals, mask, labels, den, C, vals, idx, a)
         for j in range(m):
-            if mask[j]:
-                v = work[py] - t
-                py += 1
-                v = v if v > 0.0 else 0.0
+            out[j] = 0.0
+        sum_p = 0.0
+        for q in range(nx):
+            j = idx[q]
+            v = vals[j] - t
+            if v > 0.0:
                 out[j] = v
                 sum_p += v
-            else:
-                v = work[pn] - sb
-                pn += 1
-                v = v if v > 0.0 else 0.0
+        sum_pb = 0.0
+        for q in range(k, k + ny):
+            j = idx[q]
+            v = vals[j] - sb
+            if v > 0.0:
                 out[j] = -v
                 sum_pb += v
         # rounding can leave the two sums (or their common value vs C) a few ulps apart;
@@ -231,15 +276,14 @@ def loss_value_ml(loss, labels, s, gamma, work, idx, mask):
             value = value if value > 0.0 else 0.0
         else:
             # b = 1/2 - u_Y, bbar = 1/2 + u_Ybar
-            offset = _shifted_blocks(s, mask, k, 1.0, work)
-            t, sb = bipartite_thresholds(work[:k], work[k:], gamma, idx[:k], idx[k:], offset)
+            t, sb, offset, nx, ny = _ml_projection(s, mask, labels, 1.0, gamma, work, idx, work[:0])
             sq = 0.0
-            for p in range(k):
-                v = work[p] - t
+            for q in range(nx):
+                v = work[idx[q]] - t
                 if v > 0.0:
                     sq += v * v
-            for p in range(k, m):
-                v = work[p] - sb
+            for q in range(k, k + ny):
+                v = work[idx[q]] - sb
                 if v > 0.0:
                     sq += v * v
             ts = t + sb + offset  # t + s of the unshifted problem

@@ -47,26 +47,14 @@ METHOD_SORTING = 1
 
 
 @njit(cache=True)
-def _zero_solution(b, bb):
-    """``(max b, max bbar)``: thresholds of the zero solution, valid iff their sum <= 0."""
-    mx = -np.inf
-    for j in range(b.shape[0]):
-        if b[j] > mx:
-            mx = b[j]
-    my = -np.inf
-    for j in range(bb.shape[0]):
-        if bb[j] > my:
-            my = bb[j]
-    return mx, my
-
-
-@njit(cache=True)
 def _equal_sum_variable_fixing(b, bb, ix, nx, iy, ny, offset):
     """Root ``t`` of ``sum (b - t)_+ = sum (bbar + offset + t)_+`` by variable fixing (corrected
     step 5) over the free sets ``ix[:nx]``, ``iy[:ny]``.
 
     Assumes ``max b + max bbar > 0`` (a solution with positive mass), which keeps both free
-    sets non-empty, and that every index outside the free sets is zero at the root.
+    sets non-empty, and that every index outside the free sets is zero at the root.  Returns
+    ``(t, nx, ny)``: the free sets left in ``ix[:nx]``, ``iy[:ny]`` hold every index that is
+    positive at ``t`` (and possibly some at zero).
     """
     sx = 0.0
     for p in range(nx):
@@ -87,7 +75,7 @@ def _equal_sum_variable_fixing(b, bb, ix, nx, iy, ny, offset):
             if v <= 0.0:
                 dy += v
         if dx == dy:
-            return t
+            return t, nx, ny
         if dx > dy:  # g(t) < 0: t* < t, y's with bbar + t <= 0 are zero at t*
             size = 0
             for p in range(ny):
@@ -109,13 +97,13 @@ def _equal_sum_variable_fixing(b, bb, ix, nx, iy, ny, offset):
                     sx -= b[j]
             nx = size
         if nx + ny == 0:  # unreachable when max b + max bbar > 0; keeps the loop total
-            return t
+            return t, nx, ny
 
 
 @njit(cache=True)
-def _candidates(b, r, idx) -> int:
+def _candidates(b, r, idx):
     """Put into ``idx`` the indices with ``b_j > max b - r``, the only ones that can be positive
-    in the projection onto B(r), and return their count.
+    in the projection onto B(r), and return their count and ``max b``.
 
     Both blocks' sums are at most r, and the largest entry alone contributes ``max b - t``, so
     ``t >= max b - r`` whether the radius binds (``sum = r``) or not (``sum < r``, and then
@@ -131,20 +119,15 @@ def _candidates(b, r, idx) -> int:
         if b[j] > cut:
             idx[size] = j
             size += 1
-    return size
+    return size, mx
 
 
 @njit(cache=True)
 def bipartite_thresholds(b, bb, r, ix, iy, offset=0.0):
     """Thresholds ``(t, s)`` of the projection of ``(b, bbar + offset)`` onto ``B(r)``
     (``r > 0``): ``p = (b - t)_+``, ``pbar = (bbar - s)_+``.  Variable fixing, no sorting (TPAMI
-    §5.3).
-
-    Step 1 solves the two knapsacks with sum ``r`` by Kiwiel's variable fixing, each over the
-    entries within ``r`` of its block's largest (:func:`_candidates`).  If the radius
-    is inactive, the equal-sum root satisfies ``t* > t'`` and ``-t* > s'`` (TPAMI App. C.6), so
-    the indices fixed at zero in step 1 stay zero, and steps 2-5 start from the step-1
-    supports instead of all indices.
+    §5.3), from the entries within ``r`` of each block's largest (:func:`_candidates`; see
+    :func:`bipartite_from_candidates`).
 
     ``offset``: the problem depends on the two blocks only through their relative position, so
     callers whose entries are huge next to ``r`` (SDCA with ``C ||x||^2`` tiny, the smooth loss
@@ -154,19 +137,36 @@ def bipartite_thresholds(b, bb, r, ix, iy, offset=0.0):
 
     ``ix`` and ``iy`` are integer work arrays of lengths ``>= len(b)``, ``>= len(bbar)``.
     """
-    nx = _candidates(b, r, ix)
-    ny = _candidates(bb, r, iy)
+    nx, mx = _candidates(b, r, ix)
+    ny, my = _candidates(bb, r, iy)
+    t, s, _, _ = bipartite_from_candidates(b, bb, r, ix, nx, iy, ny, offset, mx, my)
+    return t, s
+
+
+@njit(cache=True)
+def bipartite_from_candidates(b, bb, r, ix, nx, iy, ny, offset, mx, my):
+    """Thresholds ``(t, s, nx, ny)`` of the projection of ``(b, bbar + offset)`` onto ``B(r)``,
+    given candidate sets ``ix[:nx]`` (indices into ``b``) and ``iy[:ny]`` (into ``bbar``) that
+    hold every entry within ``r`` of its block's largest, and those largest ``mx``, ``my``.  On
+    return ``ix[:nx]``, ``iy[:ny]`` hold every index that is positive in the projection.  ``b``
+    and ``bbar`` may be one array, indexed by the two sets.
+
+    Step 1 solves the two knapsacks with sum ``r`` by variable fixing
+    (:func:`~topkbench.prox.projections._fix_variables_knapsack`).  If the radius is inactive,
+    the equal-sum root satisfies ``t* > t'`` and ``-t* > s'`` (TPAMI App. C.6), so the indices
+    fixed at zero in step 1 stay zero, and steps 2-5 start from the step-1 supports instead
+    of all indices.
+    """
     t1, nx = _fix_variables_knapsack(b, ix, nx, r)
     s1, ny = _fix_variables_knapsack(bb, iy, ny, r)  # threshold on bbar; on bbar + offset: + offset
     if t1 + s1 + offset >= 0.0:
-        return t1, s1
-    mx, my = _zero_solution(b, bb)
+        return t1, s1, nx, ny
     if mx + my + offset <= 0.0:
-        return mx, -mx - offset  # both blocks 0, and t + s = 0 (nu = 0) as KKT asks
+        return mx, -mx - offset, 0, 0  # both blocks 0, and t + s = 0 (nu = 0) as KKT asks
     # equal sums (the offset is moderate here: the radius is inactive, so it is below the
     # spread that step 1 resolved)
-    t = _equal_sum_variable_fixing(b, bb, ix, nx, iy, ny, offset)
-    return t, -t - offset
+    t, nx, ny = _equal_sum_variable_fixing(b, bb, ix, nx, iy, ny, offset)
+    return t, -t - offset, nx, ny
 
 
 @njit(cache=True)
