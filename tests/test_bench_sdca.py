@@ -9,8 +9,12 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from topkbench.bench.common import make_gaussian_problem, measure_peak_gflops
-from topkbench.bench.sdca import bench_sdca, bench_sdca_convergence
+from topkbench.bench.common import (
+    make_delicious_problem,
+    make_gaussian_problem,
+    measure_peak_gflops,
+)
+from topkbench.bench.sdca import bench_sdca, bench_sdca_convergence, shape_size
 from topkbench.cli import app
 from topkbench.errors import ConfigError
 from topkbench.solvers.sdca import solve_sdca
@@ -148,3 +152,40 @@ def test_cli_refuses_bad_eps(tmp_path):
     args = ["bench", "sdca", "--n", "20", "--d", "2", "--m", "3", "--epochs", "1"]
     res = CliRunner().invoke(app, [*args, "--eps", "-1", "--out", str(tmp_path / "s.csv")])
     assert res.exit_code != 0 and "eps must be a finite number > 0" in res.output
+
+
+def test_delicious_shape_times_multilabel_epochs_against_the_csr_bound():
+    """The CSR multilabel shape: the bound is 4 nnz m flops, and each row has the median
+    certificate that followed its epochs."""
+    rows = bench_sdca(shape="delicious", n=80, d=12, m=9, epochs=3, peak_gflops=7.0)
+    assert [(r.method, r.gamma) for r in rows] == [("svm_ml", 1.0), ("svm_ml", 0.0), ("lr_ml", 0.0)]
+    X, _ = make_delicious_problem(80, 12, 9, 0)
+    for r in rows:
+        assert (r.shape, r.nnz) == ("delicious", X.nnz)
+        assert r.times_bound == pytest.approx(r.sec_per_epoch / (4.0 * X.nnz * 9 / 7e9))
+        assert 0.0 < r.sec_per_certificate < 10.0
+
+
+def test_delicious_problem_is_seeded_sparse_and_labelled():
+    X, Y = make_delicious_problem(300, 40, 30, seed=3, nnz_per_row=5.0, labels_per_row=4.0)
+    X2, Y2 = make_delicious_problem(300, 40, 30, seed=3, nnz_per_row=5.0, labels_per_row=4.0)
+    assert (X != X2).nnz == 0 and (Y != Y2).nnz == 0
+    assert X.shape == (300, 40) and Y.shape == (300, 30)
+    assert set(np.unique(X.data)) == {1.0} and set(np.unique(Y.data)) == {1.0}
+    labels = np.diff(Y.indptr)
+    assert labels.min() >= 1 and labels.max() <= 29 and np.diff(X.indptr).min() >= 1
+    assert 3.0 < labels.mean() < 5.0
+    # Zipf-like: the first label is far more frequent than the last
+    freq = np.asarray(Y.sum(0)).ravel()
+    assert freq[0] > 5 * freq[-10:].mean()
+
+
+def test_shape_defaults_and_refusals():
+    assert shape_size("aloi", None, None, None) == (20_000, 128, 1000)
+    assert shape_size("delicious", 50, None, 7) == (50, 500, 7)
+    with pytest.raises(ConfigError, match="shape must be one of gaussian, aloi, delicious"):
+        bench_sdca(shape="bibtex", n=10, d=2, m=3)
+    with pytest.raises(ConfigError, match="lr_multi is a multiclass loss; the delicious shape"):
+        bench_sdca(shape="delicious", n=10, d=2, m=3, methods=(("lr_multi", 0.0, 1),))
+    with pytest.raises(ConfigError, match="svm_ml is a multilabel loss; the gaussian shape"):
+        bench_sdca(n=10, d=2, m=3, methods=(("svm_ml", 0.0, 1),))

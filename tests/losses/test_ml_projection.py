@@ -53,10 +53,10 @@ def test_update_matches_the_sorting_projection(m):
         gamma = (0.0, 1e-3, 1.0)[trial % 3]
         if kii == 0.0 and gamma == 0.0:
             continue  # den = 0: the uniform block, a separate branch
-        # a previous block with an arbitrary negative support (a valid hint or not)
+        # a previous block with arbitrary negative entries (on Y too: not a dual point, but
+        # the hint must not rely on that)
         a = np.zeros(m)
-        neg = np.setdiff1d(np.arange(m), labels)
-        chosen = rng.choice(neg, size=int(rng.integers(0, len(neg) + 1)), replace=False)
+        chosen = rng.choice(m, size=int(rng.integers(0, m + 1)), replace=False)
         a[chosen] = -rng.random(len(chosen)) * C / max(len(chosen), 1)
         update_block_ml(LOSS_SVM_ML, labels, s, a, kii, C, gamma, out, work, vals, idx, troots,
                         0, mask)  # fmt: skip
@@ -71,7 +71,8 @@ def test_update_matches_the_sorting_projection(m):
 
 @pytest.mark.parametrize("m", [40, 1000])
 def test_smooth_loss_matches_the_sorting_projection(m):
-    """L_gamma(u) of TPAMI Prop. 6 from the projection onto B(gamma) by sorting."""
+    """L_gamma(u) of TPAMI Prop. 6 from the projection onto B(gamma) by sorting, whatever
+    block hints the candidates."""
     rng = np.random.default_rng(m + 1)
     work, idx, mask = np.empty(m), np.empty(m, np.int64), np.zeros(m, bool)
     for trial in range(200):
@@ -83,5 +84,8 @@ def test_smooth_loss_matches_the_sorting_projection(m):
         b, bb = 0.5 - s[pos], 0.5 + s[~pos]
         p, pb = project_bipartite(b, bb, gamma, "sorting")
         ref = (b @ p - p @ p / 2 + bb @ pb - pb @ pb / 2) / gamma
-        got = loss_value_ml(LOSS_SVM_ML, labels, s, gamma, work, idx, mask)
+        # no hint, or a block with an arbitrary negative support as the hint
+        some = rng.random(m) < rng.random()
+        hint = np.empty(0) if trial % 2 else np.where(some, -rng.random(m), 0.0)
+        got = loss_value_ml(LOSS_SVM_ML, labels, s, gamma, work, idx, mask, hint)
         assert got == pytest.approx(ref, rel=1e-9, abs=1e-9), trial

@@ -66,8 +66,9 @@ def L(loss, labels, u, gamma=0.0):
     m = u.shape[0]
     mask = np.zeros(m, dtype=np.bool_)
     value = loss_value_ml(
-        loss, as_labels(labels), u, float(gamma), np.empty(m), np.empty(m, np.int64), mask
-    )
+        loss, as_labels(labels), u, float(gamma), np.empty(m), np.empty(m, np.int64), mask,
+        np.empty(0),
+    )  # fmt: skip
     assert not mask.any()
     return value
 

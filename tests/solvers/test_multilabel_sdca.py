@@ -95,7 +95,8 @@ def example_loss(method, y_row, s, gamma):
     m = s.size
     labels = np.flatnonzero(mask).astype(np.int64)
     work, idx, msk = np.empty(m), np.empty(m, np.int64), np.zeros(m, np.bool_)
-    return loss_value_ml(LOSS_SVM_ML, labels, np.ascontiguousarray(s), gamma, work, idx, msk)
+    s = np.ascontiguousarray(s)
+    return loss_value_ml(LOSS_SVM_ML, labels, s, gamma, work, idx, msk, np.empty(0))
 
 
 def primal_value(X, Y, W, method, gamma, C):

@@ -268,7 +268,7 @@ def objective_terms(S, yptr, yidx, A, loss, Cs, gamma, k, rho, lsum0, csum0, gap
         C = Cs[i]
         if ml:
             labels = yidx[yptr[i] : yptr[i + 1]]
-            li = loss_value_ml(loss, labels, S[i], gamma, work, idx, mask)
+            li = loss_value_ml(loss, labels, S[i], gamma, work, idx, mask, A[i])
             ci = neg_conjugate_value_ml(loss, labels, A[i], C, gamma, mask)
         elif wt:
             y = yidx[yptr[i]]

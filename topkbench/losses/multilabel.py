@@ -103,11 +103,12 @@ def _ml_projection(u, mask, labels, den, r, w, idx, old):
     Only negatives above a cut can be positive, and only they go to the projection
     (:func:`~topkbench.prox.bipartite.bipartite_from_candidates`), so its knapsack never walks
     the many negatives of a large label space.  The cut is ``-r`` (within ``r`` of the
-    largest), raised by ``old``, the previous dual block in an SDCA update (an empty array
-    otherwise): for any set ``S`` of negatives, ``(sum_S w - r)/|S|`` is at most the knapsack
-    threshold over ``S`` (variable fixing's first iterate), which is at most the threshold
-    over all negatives (``sum_S (w - t)_+`` is smaller at every ``t``).  With ``S`` the
-    previous block's negative support, a support that moved little leaves few candidates.
+    largest), raised by ``old``, a dual block whose negative support is likely close to the
+    projection's (the previous block in an SDCA update, the current one in a loss value; an
+    empty array for none): for any set ``S`` of negatives, ``(sum_S w - r)/|S|`` is at most
+    the knapsack threshold over ``S`` (variable fixing's first iterate), which is at most the
+    threshold over all negatives (``sum_S (w - t)_+`` is smaller at every ``t``).  With ``S``
+    the block's negative support, a support that moved little leaves few candidates.
 
     Returns ``(t, s, offset, nx, ny)``: ``p_j = (w_j - t)_+`` for ``j`` in ``idx[:nx]``,
     ``pbar_j = (w_j - s)_+`` for ``j`` in ``idx[k:k+ny]``; every other entry is 0.
@@ -138,7 +139,7 @@ def _ml_projection(u, mask, labels, den, r, w, idx, old):
         for j in range(m):
             v = w[j] if mask[j] else (u[j] - umax) / den
             w[j] = v
-            in_old = old[j] < 0.0
+            in_old = old[j] < 0.0 and not mask[j]
             hsum += v if in_old else 0.0
             hcount += in_old
         if hcount > 0:
@@ -253,9 +254,12 @@ def update_block_ml(loss, labels, s, a, kii, C, gamma, out, work, vals, idx, tro
 
 
 @njit(cache=True)
-def loss_value_ml(loss, labels, s, gamma, work, idx, mask):
+def loss_value_ml(loss, labels, s, gamma, work, idx, mask, hint):
     """Primal loss ``L(Y, s)`` of one example (module docstring); 0 when ``Y`` is empty or
-    complete.  ``work`` (float), ``idx`` (int) are scratch of length m; ``mask`` all-False."""
+    complete.  ``work`` (float), ``idx`` (int) are scratch of length m; ``mask`` all-False.
+    ``hint``: the example's dual block (length m) or an empty array; the smooth SVM^ML loss's
+    projection takes its negatives as candidates' hint (:func:`_ml_projection`; any block
+    gives the same value, one near ``-C`` times the gradient the fewest candidates)."""
     m = s.shape[0]
     k = labels.shape[0]
     if k == 0 or k == m:
@@ -276,7 +280,7 @@ def loss_value_ml(loss, labels, s, gamma, work, idx, mask):
             value = value if value > 0.0 else 0.0
         else:
             # b = 1/2 - u_Y, bbar = 1/2 + u_Ybar
-            t, sb, offset, nx, ny = _ml_projection(s, mask, labels, 1.0, gamma, work, idx, work[:0])
+            t, sb, offset, nx, ny = _ml_projection(s, mask, labels, 1.0, gamma, work, idx, hint)
             sq = 0.0
             for q in range(nx):
                 v = work[idx[q]] - t

@@ -491,10 +491,10 @@ def sdca_epochs_gram(K, yptr, yidx, A, B, perms, loss, Cs, gamma, k, rho, troots
 
 
 @njit(cache=True)
-def csr_dot_dense(indptr, indices, data, W, out):
-    """``out = X W`` for CSR ``X`` (int64 ``indptr``/``indices``) and row-major ``W``, row by
-    row as the epoch kernels form their scores.  scipy's CSR-times-dense product runs several
-    times slower at the large-m shapes (n x m outputs of tens of MB) where the certificates
-    need it."""
-    for i in range(indptr.shape[0] - 1):
-        _csr_row_scores(indptr, indices, data, i, W, out[i])
+def csr_dot_dense(indptr, indices, data, W, out, start=0):
+    """``out = X[start:start + len(out)] W`` for CSR ``X`` (int64 ``indptr``/``indices``) and
+    row-major ``W``, row by row as the epoch kernels form their scores.  scipy's
+    CSR-times-dense product runs several times slower at the large-m shapes (n x m outputs of
+    tens of MB) where the certificates need it."""
+    for r in range(out.shape[0]):
+        _csr_row_scores(indptr, indices, data, start + r, W, out[r])

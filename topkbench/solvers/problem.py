@@ -120,6 +120,35 @@ def features_dot(X, W) -> np.ndarray:
     return out
 
 
+# Rows of a certificate's score block: about 2 MB of scores, reused block after block, so
+# that the n x m scores are never allocated whole (a fresh allocation of tens of MB costs its
+# page faults at every certificate) and each block is still in cache when its loss terms are
+# evaluated.
+_SCORE_BLOCK_ENTRIES = 1 << 18
+
+
+def _score_blocks(X, W):
+    """``(a, b, X[a:b] W)`` over consecutive row blocks of dense or CSR ``X``, the scores in
+    one buffer that the next block overwrites (consume each block before asking for the
+    next).  CSR rows are scored as :func:`features_dot` scores them (the same floats)."""
+    n, m = X.shape[0], W.shape[1]
+    rows = max(1, min(n, _SCORE_BLOCK_ENTRIES // max(m, 1)))
+    buf = np.empty((rows, m))
+    W = np.ascontiguousarray(W, dtype=np.float64)
+    if sp.issparse(X):
+        indptr = X.indptr.astype(np.int64, copy=False)
+        indices = X.indices.astype(np.int64, copy=False)
+        data = np.asarray(X.data, dtype=np.float64)
+    for a in range(0, n, rows):
+        b = min(a + rows, n)
+        out = buf[: b - a]
+        if sp.issparse(X):
+            _e.csr_dot_dense(indptr, indices, data, W, out, a)
+        else:
+            np.matmul(_rows64(X, a, b), W, out=out)
+        yield a, b, out
+
+
 def features_t_dot(X, A) -> np.ndarray:
     """``X^T A`` as a C-contiguous float64 d x m matrix, by row blocks when :func:`_blocked`."""
     if not _blocked(X, A.shape[1]):
@@ -177,8 +206,9 @@ def evaluate_objective(X, y, A, W, loss_id: int, C: float, gamma: float, k: int,
                        weights=None, rho=None):  # fmt: skip
     """Return (P, D) in the P(W) scale of DESIGN §2 for dual ``A`` and primal ``W``;
     ``y`` as accepted by :func:`as_label_csr`, ``weights`` the sample weights (None: all 1).
-    The scores ``X W`` are formed by row blocks when :func:`_blocked` (the kernel carries its
-    running sums across blocks, so the result is the same as in one call).  ``gaps`` (length
+    The scores ``X W`` are formed by row blocks (:func:`_score_blocks`) for CSR features and
+    when :func:`_blocked` (the kernel carries its running sums across blocks, so the result is
+    the same as in one call).  ``gaps`` (length
     n), if given, receives the per-example Fenchel-Young gaps of
     :func:`topkbench.losses.dispatch.objective_terms` (P / lambda scale)."""
     n = A.shape[0]
@@ -190,14 +220,12 @@ def evaluate_objective(X, y, A, W, loss_id: int, C: float, gamma: float, k: int,
         # W = 0 (the start of every run): the scores are 0, no n x d x m product needed
         S = np.zeros((n, W.shape[1]))
         lsum, csum = _k.objective_terms(S, yptr, yidx, A, loss_id, Cs, gamma, k, rho, 0.0, 0.0, g)
-    elif not _blocked(X, W.shape[1]):
+    elif not sp.issparse(X) and not _blocked(X, W.shape[1]):
         S = features_dot(X, W)
         lsum, csum = _k.objective_terms(S, yptr, yidx, A, loss_id, Cs, gamma, k, rho, 0.0, 0.0, g)
     else:
         lsum = csum = 0.0
-        for a in range(0, n, ROW_BLOCK):
-            b = min(a + ROW_BLOCK, n)
-            S = features_dot(_rows64(X, a, b), W)
+        for a, b, S in _score_blocks(X, W):
             ptr = yptr[a : b + 1] - yptr[a]
             lsum, csum = _k.objective_terms(
                 S, ptr, yidx[yptr[a] : yptr[b]], A[a:b], loss_id, Cs[a:b], gamma, k, rho,
