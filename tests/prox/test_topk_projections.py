@@ -739,8 +739,9 @@ def full_sort_thresholds(kind, b, k, rho, r):
 )
 @pytest.mark.parametrize("n", [3000, 99], ids=["long", "short"])
 def test_preselection_equals_full_sort(kind, shape, n):
-    """Long vectors go through select_top, short ones (n <= PRESELECT_MIN_N, the m - 1
-    margins of an SDCA update) through insert_top; both must give the full sort's result."""
+    """Long vectors go through insert_top when k is small (2k + 8 <= INSERT_MAX_Q), then
+    select_top, short ones (n <= PRESELECT_MIN_N, the m - 1 margins of an SDCA update)
+    through insert_top; every path must give the full sort's result."""
     rng = np.random.default_rng((abs(hash((kind, shape))) + n) % 2**32)
     for trial in range(12):
         k = int(rng.choice([1, 2, 3, 5, 10, 40]))

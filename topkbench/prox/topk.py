@@ -74,9 +74,11 @@ thresholds; the sums, hence the pieces and the root, are exactly those of the fu
 bar), sorts only those, runs the sweep(s) and checks that condition for every sweep it used
 (D_k runs up to three); if it fails, q grows 8-fold, and falls back to the full sort once
 ``2q >= n``.  Supports are tiny for the N(0,1) problems of Fig. 3a, so one pass does it.
-Short vectors (``n <= PRESELECT_MIN_N``: the m - 1 margins of an SDCA update) keep their
-``2k + 8`` largest entries by insertion (:func:`insert_top`) and make the same check before
-falling back to the full sort, which is the top-k hinges' main cost at m = 100.
+Short vectors (``n <= PRESELECT_MIN_N``: the m - 1 margins of an SDCA update at m ~ 100), and
+longer ones when ``2k + 8 <= INSERT_MAX_Q`` (the margins at m ~ 1,000 with small k), first keep
+their ``2k + 8`` largest entries by insertion (:func:`insert_top`) and make the same check;
+then the select_top rounds (long vectors) and the full sort, which is the top-k hinges' main
+cost at m = 100.
 
 Numerics: sums over U and M are recomputed from scratch for the final partition (the sweep
 updates them incrementally), so the result does not carry the sweep's accumulated rounding.
@@ -315,6 +317,11 @@ def topk_threshold_sorted(kind, bs, k, rho, r):
 # below this length a full sort is cheaper than selecting candidates first (SDCA updates
 # with m - 1 < 256 classes always sort)
 PRESELECT_MIN_N = 256
+# Longer vectors also try insert_top first when its 2k + 8 candidates are at most this many:
+# an insertion then shifts at most this many entries even on adversarial (increasing) input,
+# and on the margins of an SDCA update at m ~ 1,000 one insertion pass costs half of
+# select_top's, whose buffer sorts dominate there.
+INSERT_MAX_Q = 64
 
 
 @njit(cache=True)
@@ -377,7 +384,7 @@ def insert_top(b, q, buf):
 
 @njit(cache=True)
 def short_candidates(k):
-    """Candidates kept for a short vector (``n <= PRESELECT_MIN_N``): ``2k + 8``."""
+    """Candidates kept by insertion (:func:`topk_threshold_counted`): ``2k + 8``."""
     return 2 * k + 8
 
 
@@ -387,7 +394,7 @@ def topk_threshold_counted(kind, b, k, rho, r, work):
     it fell back to the full sort)."""
     n = b.shape[0]
     q = short_candidates(k)
-    if n <= PRESELECT_MIN_N and q < n:
+    if q < n and (n <= PRESELECT_MIN_N or q <= INSERT_MAX_Q):
         insert_top(b, q, work)
         bs = work[:q]
         t, c, s, ok = _topk_threshold_floor(kind, bs, k, rho, r, bs[q - 1])
@@ -411,8 +418,9 @@ def topk_threshold_counted(kind, b, k, rho, r, work):
 def topk_threshold(kind, b, k, rho, r, work):
     """As :func:`topk_threshold_sorted` for unsorted ``b``; ``work`` (len >= n) is scratch.
 
-    Long vectors (``n > PRESELECT_MIN_N``) sort only the candidates found by
-    :func:`select_top` (module docstring, "Linear time")."""
+    Only candidates are sorted: the ``2k + 8`` largest by :func:`insert_top` (short vectors,
+    and long ones with small k), then those of :func:`select_top` (long vectors), before
+    the full sort (module docstring, "Linear time")."""
     t, c, s, _ = topk_threshold_counted(kind, b, k, rho, r, work)
     return t, c, s
 
