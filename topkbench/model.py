@@ -401,6 +401,7 @@ def fit(
         eval_every=eval_every,
         seed=seed,
         A0=A0,
+        take_A0=True,  # a fresh array from _warm_dual (rescaled, or rows of it)
         warn=warn,
         accelerate=accelerate,
         sample_weight=ex_w,

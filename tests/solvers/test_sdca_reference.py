@@ -824,3 +824,23 @@ def test_auto_batch_schedule():
     # no decrease: the cap; at least one epoch
     assert auto_batch(tr((0, 0.5), (2, 0.6)), 1e-3, 100, 100) == int(AUTO_COST_FACTOR)
     assert auto_batch(tr((0, 1.0), (1, 1e-2)), 9e-3, 100, 100) == 1
+
+
+@pytest.mark.parametrize("take", [False, True])
+def test_warm_dual_is_copied_unless_handed_over(take):
+    """``A0`` is the caller's unless ``take_A0`` hands it over; either way the fit is the
+    same (the warm start of ``topkbench.fit`` hands over its rescaled temporary)."""
+    X, y = make_tiny(40, 5, 4, 53)
+    lid = get_method("svm_multi").loss_id
+    first = solve_sdca(X, y, n_classes=4, loss_id=lid, C=0.5, eps=1e-6, warn=False)
+    A0 = first.A * 2.0
+    kept = A0.copy()
+    res = solve_sdca(X, y, n_classes=4, loss_id=lid, C=1.0, eps=1e-6, warn=False, A0=A0,
+                     take_A0=take)  # fmt: skip
+    ref = solve_sdca(X, y, n_classes=4, loss_id=lid, C=1.0, eps=1e-6, warn=False, A0=kept)
+    np.testing.assert_array_equal(res.A, ref.A)
+    assert res.epochs == ref.epochs and res.epochs > 0
+    if take:
+        assert not np.array_equal(A0, kept)  # updated in place: no copy was made
+    else:
+        np.testing.assert_array_equal(A0, kept)

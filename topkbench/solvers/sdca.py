@@ -92,6 +92,7 @@ def solve_sdca(
     rho: np.ndarray | None = None,
     W_start: np.ndarray | None = None,
     gamma_start: float | None = None,
+    take_A0: bool = False,
 ) -> SDCAResult:
     """Minimize P(W) by SDCA; inputs are assumed validated (see :func:`topkbench.fit`).
 
@@ -105,7 +106,10 @@ def solve_sdca(
     With ``gram=True``, ``X`` is a symmetric PSD Gram matrix (n x n) and the problem is the
     kernel one (scores ``K A``; no W is formed; ``result.W`` is None).
     ``A0`` (n x m) warm-starts the dual; ``W`` is recomputed as ``X^T A0`` so that the pair
-    is consistent.  ``on_eval(epoch, A, W)``, if given, is called after every trace point
+    is consistent.  ``A0`` is copied unless ``take_A0`` hands it over (a C-contiguous float64
+    temporary of the caller, such as :func:`topkbench.fit`'s rescaled warm dual, then updated
+    in place: at large n m the copy's page faults cost a sizeable share of a warm fit).
+    ``on_eval(epoch, A, W)``, if given, is called after every trace point
     (benchmarks use it to score a validation set); its time is excluded from the trace and
     from the time limit.  ``on_batch(epochs, seconds)``, if given, is called after every batch
     of plain SDCA epochs with their count and the wall time of the epoch kernel alone (no W
@@ -161,7 +165,7 @@ def solve_sdca(
     if A0 is None:
         A = np.zeros((n, m), dtype=np.float64)
     else:
-        A = np.array(A0, dtype=np.float64, order="C", copy=True)
+        A = np.array(A0, dtype=np.float64, order="C", copy=None if take_A0 else True)
         if A.shape != (n, m):
             raise SolverError(f"warm start A has shape {A.shape}, expected {(n, m)}")
     gaps = np.empty(n) if shrink else None
