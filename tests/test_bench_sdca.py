@@ -189,3 +189,15 @@ def test_shape_defaults_and_refusals():
         bench_sdca(shape="delicious", n=10, d=2, m=3, methods=(("lr_multi", 0.0, 1),))
     with pytest.raises(ConfigError, match="svm_ml is a multilabel loss; the gaussian shape"):
         bench_sdca(n=10, d=2, m=3, methods=(("svm_ml", 0.0, 1),))
+
+
+def test_cli_runs_the_delicious_shape_and_refuses_its_study(tmp_path):
+    """A non-gaussian shape skips the time-to-eps study by default and refuses it asked for."""
+    out = tmp_path / "s.csv"
+    args = ["bench", "sdca", "--shape", "delicious", "--n", "60", "--d", "10", "--m", "6"]
+    args += ["--epochs", "2", "--method", "svm_ml:1"]
+    res = CliRunner().invoke(app, [*args, "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert len(pd.read_csv(out)) == 1 and not (tmp_path / "sdca_convergence.csv").exists()
+    res = CliRunner().invoke(app, [*args, "--converge", "--out", str(out)])
+    assert res.exit_code != 0 and "runs on the gaussian shape only" in res.output

@@ -186,6 +186,37 @@ def test_kkt_on_large_random_inputs():
             assert_face_kkt(b, r, *face_projection(b, r))
 
 
+def test_long_knapsacks_match_sorting_on_hard_shapes():
+    """Past 32 entries the knapsack starts with Condat's support search (then variable fixing
+    confirms it): ties, sorted and Zipf-like entries, huge offsets, radii from 1e-9 to 1e6."""
+    rng = np.random.default_rng(11)
+    for trial in range(400):
+        m = int(rng.integers(33, 700))
+        shape = trial % 5
+        b = rng.normal(size=m) * 10.0 ** rng.uniform(-3, 3)
+        if shape == 1:
+            b = np.round(b, 1)
+        elif shape == 2:
+            b = np.sort(b) if trial % 2 else np.sort(b)[::-1].copy()
+        elif shape == 3:
+            b = rng.zipf(1.5, size=m).astype(float)
+        elif shape == 4:
+            b = b + 1e6
+        r = float(10.0 ** rng.uniform(-9, 6))
+        t, _, _ = face_projection(b, r)
+        t_ref = sorted_simplex_face(b, r)
+        assert t == pytest.approx(t_ref, abs=1e-12 * max(np.abs(b).max(), r)), trial
+
+
+@pytest.mark.parametrize("where", [0, 17, 39])
+def test_nan_entry_gives_a_nan_threshold(where):
+    """A NaN anywhere makes the threshold NaN (variable fixing's behaviour), not a finite one
+    from the other entries: nothing silently wrong."""
+    b = np.random.default_rng(where).normal(size=40)
+    b[where] = np.nan
+    assert np.isnan(simplex_threshold(b, 1.0, np.empty(40, np.int64)))
+
+
 # --- cvxpy (second opinion on small inputs) -----------------------------------------------------
 
 

@@ -11,6 +11,7 @@ import scipy.sparse as sp
 import topkbench
 from topkbench.bench.common import make_gaussian_problem
 from topkbench.errors import InputError
+from topkbench.losses.registry import get_method
 from topkbench.solvers import problem as S
 from topkbench.validation import check_features
 
@@ -57,6 +58,34 @@ def test_blocked_products_equal_single_calls(monkeypatch, problem):
     got = S.evaluate_objective(X, y, A, W, 1, 0.7, 0.0, 1)
     np.testing.assert_allclose(got, want_obj, rtol=1e-13)
     np.testing.assert_allclose(S.row_sqnorms(X32), want_sq, rtol=1e-15)
+
+
+@pytest.mark.parametrize("kind", ["dense", "csr", "float32"])
+@pytest.mark.parametrize("method,gamma", [("svm_ml", 0.0), ("svm_ml", 1.0), ("svm_multi", 0.5)])
+def test_certificate_by_score_blocks_equals_one_block(monkeypatch, kind, method, gamma):
+    """Certificates score the rows block by block into one buffer (``_score_blocks``): P, D
+    and every example's gap equal the one-block evaluation, across blocks of 7 rows (labels'
+    offsets, gaps' slices), empty rows and W = 0 included."""
+    rng = np.random.default_rng(4)
+    n, d, m = 53, 9, 5
+    X = rng.normal(size=(n, d)) * (rng.random((n, d)) < 0.4)
+    X[[0, 20, 52]] = 0.0
+    if method == "svm_ml":
+        y = sp.csr_matrix((rng.random((n, m)) < 0.4).astype(float))  # some sets empty
+    else:
+        y = rng.integers(0, m, size=n)
+    Xk = {"dense": X, "csr": sp.csr_matrix(X), "float32": X.astype(np.float32)}[kind]
+    lid = get_method(method).loss_id
+    A = rng.normal(size=(n, m)) * 0.1
+    for W in (rng.normal(size=(d, m)), np.zeros((d, m))):
+        gaps_one, gaps_blocks = np.empty(n), np.empty(n)
+        want = S.evaluate_objective(Xk, y, A, W, lid, 0.7, gamma, 1, gaps_one)
+        with monkeypatch.context() as mp:
+            mp.setattr(S, "_SCORE_BLOCK_ENTRIES", 7 * m)
+            mp.setattr(S, "_BLOCK_ENTRIES", 10)  # dense rows go through the blocks too
+            got = S.evaluate_objective(Xk, y, A, W, lid, 0.7, gamma, 1, gaps_blocks)
+        np.testing.assert_allclose(got, want, rtol=1e-13)
+        np.testing.assert_allclose(gaps_blocks, gaps_one, rtol=1e-12, atol=1e-15)
 
 
 def test_nonfinite_entry_is_located_past_the_first_block():

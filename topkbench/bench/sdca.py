@@ -122,7 +122,8 @@ class SDCABenchRow:
     peak_gflops_here: float  # the peak measured right before this loss's epochs
     shape: str = "gaussian"
     nnz: int = 0  # stored feature entries (n d when dense)
-    sec_per_certificate: float = math.nan  # median duality-gap certificate after an epoch
+    # median duality-gap certificate after an epoch, W = X^T A's resynchronization included
+    sec_per_certificate: float = math.nan
 
 
 def bench_sdca(

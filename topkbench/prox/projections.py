@@ -58,14 +58,18 @@ def _condat_support(b, idx, size, r):
     chain of dependent operations is then one addition per entry, not one division.
 
     In place: ``vt`` is kept in ``idx[:nvt]`` and ``v`` right after it; both hold only
-    entries already read, so they never overtake the read position."""
+    entries already read, so they never overtake the read position.  Returns -1 if an entry
+    is NaN (a NaN fails every test and would be dropped; the caller's threshold must be NaN,
+    as variable fixing's is)."""
     j0 = idx[0]
     num = b[j0] - r  # S - r over v
+    nan = b[j0] != b[j0]
     nvt = 0
     nv = 1
     for p in range(1, size):
         j = idx[p]
         y = b[j]
+        nan |= y != y
         if y * nv > num:
             num += y
             if num > (nv + 1) * (y - r):
@@ -76,6 +80,8 @@ def _condat_support(b, idx, size, r):
                 idx[nvt] = j
                 nv = 1
                 num = y - r
+    if nan:
+        return -1
     if nvt > 0:
         kept = 0
         for p in range(nvt):
@@ -115,7 +121,10 @@ def _fix_variables_knapsack(b, idx, size, r):
     Condat's running threshold never reaches the result.
     """
     if size > _CONDAT_MIN_SIZE and r < np.inf:  # r = inf: every entry, t = -inf
-        size = _condat_support(b, idx, size, r)
+        found = _condat_support(b, idx, size, r)
+        if found < 0:
+            return np.nan, size
+        size = found
     t = 0.0
     while True:
         total = 0.0

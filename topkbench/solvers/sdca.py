@@ -165,7 +165,8 @@ def solve_sdca(
     if A0 is None:
         A = np.zeros((n, m), dtype=np.float64)
     else:
-        A = np.array(A0, dtype=np.float64, order="C", copy=None if take_A0 else True)
+        A = (np.asarray(A0, dtype=np.float64, order="C") if take_A0
+             else np.array(A0, dtype=np.float64, order="C"))  # fmt: skip
         if A.shape != (n, m):
             raise SolverError(f"warm start A has shape {A.shape}, expected {(n, m)}")
     gaps = np.empty(n) if shrink else None
