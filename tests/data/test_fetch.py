@@ -224,41 +224,42 @@ def test_unknown_dataset_lists_registered_names(env):
     assert "topkbench data list" in res.output
 
 
-class TrickleHandler(http.server.BaseHTTPRequestHandler):
+class _SlowHandler(http.server.BaseHTTPRequestHandler):
+    """Announces a 100,000-byte body and sends it as :meth:`body` says, quietly."""
+
+    def do_GET(self):  # noqa: N802 (the base class's name)
+        self.send_response(200)
+        self.send_header("Content-Length", "100000")
+        self.end_headers()
+        try:
+            self.body()
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    def body(self):
+        raise NotImplementedError
+
+    def log_message(self, format, *args):  # noqa: A002
+        pass
+
+
+class TrickleHandler(_SlowHandler):
     """Sends a large body one byte every 50 ms: no single read ever times out."""
 
-    def do_GET(self):  # noqa: N802 (the base class's name)
-        self.send_response(200)
-        self.send_header("Content-Length", "100000")
-        self.end_headers()
-        try:
-            for _ in range(100_000):
-                self.wfile.write(b"x")
-                self.wfile.flush()
-                time.sleep(0.05)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
-
-    def log_message(self, format, *args):  # noqa: A002
-        pass
-
-
-class StallHandler(http.server.BaseHTTPRequestHandler):
-    """Sends the headers and one byte, then nothing: no receive ever returns."""
-
-    def do_GET(self):  # noqa: N802 (the base class's name)
-        self.send_response(200)
-        self.send_header("Content-Length", "100000")
-        self.end_headers()
-        try:
+    def body(self):
+        for _ in range(100_000):
             self.wfile.write(b"x")
             self.wfile.flush()
-            time.sleep(60)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
+            time.sleep(0.05)
 
-    def log_message(self, format, *args):  # noqa: A002
-        pass
+
+class StallHandler(_SlowHandler):
+    """Sends the headers and one byte, then nothing: no receive ever returns."""
+
+    def body(self):
+        self.wfile.write(b"x")
+        self.wfile.flush()
+        time.sleep(60)
 
 
 @pytest.mark.parametrize("handler,within", [(TrickleHandler, 15), (StallHandler, 10)])

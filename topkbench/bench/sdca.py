@@ -62,6 +62,7 @@ class BenchShape:
     m: int
     methods: tuple[tuple[str, float, int], ...]
     about: str
+    multilabel: bool = False  # label sets (make_delicious_problem) rather than one class
 
 
 SDCA_SHAPES: dict[str, BenchShape] = {
@@ -89,6 +90,7 @@ SDCA_SHAPES: dict[str, BenchShape] = {
         983,
         (("svm_ml", 1.0, 1), ("svm_ml", 0.0, 1), ("lr_ml", 0.0, 1)),
         "delicious-shaped: binary CSR multilabel",
+        multilabel=True,
     ),  # fmt: skip
 }
 
@@ -152,7 +154,7 @@ def bench_sdca(
     if methods is None:
         methods = spec.methods
     check_sdca_methods(methods, m, "bench sdca")
-    multilabel = shape == "delicious"
+    multilabel = spec.multilabel
     for name, gamma, k in methods:
         if (get_method(name).task == "multilabel") != multilabel:
             raise ConfigError(

@@ -115,9 +115,15 @@ def features_dot(X, W) -> np.ndarray:
             out[a:b] = _rows64(X, a, b) @ W
         return out
     out = np.empty((X.shape[0], W.shape[1]))
-    _e.csr_dot_dense(X.indptr.astype(np.int64, copy=False), X.indices.astype(np.int64, copy=False),
-                     np.asarray(X.data, dtype=np.float64), W, out)  # fmt: skip
+    _e.csr_dot_dense(*_csr_arrays(X), W, out)
     return out
+
+
+def _csr_arrays(X):
+    """``(indptr, indices, data)`` of CSR ``X`` as the compiled products take them (int64,
+    int64, float64; no copy when they already are, as :func:`_as_features` makes them)."""
+    return (X.indptr.astype(np.int64, copy=False), X.indices.astype(np.int64, copy=False),
+            np.asarray(X.data, dtype=np.float64))  # fmt: skip
 
 
 # Rows of a certificate's score block: about 2 MB of scores, reused block after block, so
@@ -135,15 +141,12 @@ def _score_blocks(X, W):
     rows = max(1, min(n, _SCORE_BLOCK_ENTRIES // max(m, 1)))
     buf = np.empty((rows, m))
     W = np.ascontiguousarray(W, dtype=np.float64)
-    if sp.issparse(X):
-        indptr = X.indptr.astype(np.int64, copy=False)
-        indices = X.indices.astype(np.int64, copy=False)
-        data = np.asarray(X.data, dtype=np.float64)
+    csr = _csr_arrays(X) if sp.issparse(X) else None
     for a in range(0, n, rows):
         b = min(a + rows, n)
         out = buf[: b - a]
-        if sp.issparse(X):
-            _e.csr_dot_dense(indptr, indices, data, W, out, a)
+        if csr is not None:
+            _e.csr_dot_dense(*csr, W, out, a)
         else:
             np.matmul(_rows64(X, a, b), W, out=out)
         yield a, b, out
