@@ -468,3 +468,149 @@ def test_plan_names_each_shapes_phases():
     assert [p.name for p in plan("features", 72, 6, lid["lr_ml"], 0.0, "never")] == ["plain"]
     assert [p.name for p in plan("features", 72, 6, lid["lr_ml"], 0.0, "catalyst")] == [
         "plain", "accelerated", "plain"]  # fmt: skip
+
+
+# --- top-k Ent's Jacobian, and the line search's Fenchel-Young evaluations ---------------------
+
+
+def _topk_ent_scores_problem(m, k, n=60, scale=3.0, seed=3):
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, m, n)
+    prob = SDCAProblem(rng.standard_normal((n, 2)), y, gram=False, n_classes=m,
+                       loss_id=get_method("topk_ent").loss_id, k=k)  # fmt: skip
+    return prob, rng.standard_normal((n, m)) * scale
+
+
+@pytest.mark.parametrize("m,k,scale", [(6, 2, 0.3), (6, 2, 5.0), (6, 5, 3.0), (12, 3, 4.0)])
+def test_topk_ent_hessians_are_the_gradients_jacobian(m, k, scale):
+    """The analytic top-k Ent Hessians equal the central differences of the kernels' gradient,
+    with no coordinate capped (scale 0.3: the softmax's), some capped, and all capped (m - 1 =
+    k, the closed form); symmetric in every case."""
+    prob, S = _topk_ent_scores_problem(m, k, scale=scale)
+    deriv = _Derivatives(prob)
+    G = deriv.gradient(S, 0.0)
+    H = deriv._topk_ent_hessians(0, prob.n)
+    x = G.copy()
+    x[np.arange(prob.n), prob.y[1]] = 0.0
+    capped = (x >= x.sum(axis=1, keepdims=True) / k * (1.0 - 1e-9)).sum(axis=1)
+    expected = {0.3: {0}, 5.0: {0, 1}, 3.0: {k}}.get(scale)
+    if expected is not None:
+        assert expected <= set(capped.tolist())
+    h = 1e-5
+    fd = np.empty_like(H)
+    for c in range(m):
+        E = np.zeros_like(S)
+        E[:, c] = h
+        hi, lo = deriv._kernel_gradient(S + E, 0.0), deriv._kernel_gradient(S - E, 0.0)
+        fd[:, :, c] = (hi - lo) / (2 * h)
+    np.testing.assert_allclose(H, fd, rtol=0, atol=1e-8)
+    np.testing.assert_array_equal(H, H.transpose(0, 2, 1))
+
+
+def test_topk_ent_jacobian_matches_cvxpy():
+    """In the coordinates a = s^{\\y} - s_y, the Jacobian is the derivative of cvxpy's
+    maximizer of <a, x> - <x, log x> - (1-s) log(1-s) over the top-k simplex."""
+    import cvxpy as cp
+
+    def maximizer(a, k):
+        x = cp.Variable(a.size)
+        s = cp.sum(x)
+        obj = cp.Maximize(a @ x + cp.sum(cp.entr(x)) + cp.entr(1 - s))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            cp.Problem(obj, [x >= 0, s <= 1, k * x <= s]).solve(
+                solver=cp.CLARABEL, tol_gap_abs=1e-11, tol_gap_rel=1e-11, tol_feas=1e-11
+            )
+        return x.value
+
+    k = 2
+    for a in (np.array([2.5, 2.2, 0.1, -1.0, -3.0]), np.array([0.4, -0.2, 0.1, -1.0, 0.3])):
+        prob = SDCAProblem(np.ones((1, 1)), np.array([0]), gram=False, n_classes=a.size + 1,
+                           loss_id=get_method("topk_ent").loss_id, k=k)  # fmt: skip
+        deriv = _Derivatives(prob)
+        S = np.concatenate([[0.0], a])[None, :]  # label 0: a_j = s_j
+        G = deriv.gradient(S, 0.0)
+        np.testing.assert_allclose(G[0, 1:], maximizer(a, k), rtol=0, atol=2e-6)
+        J = deriv._topk_ent_hessians(0, 1)[0][1:, 1:]
+        # cvxpy's maximizer is good to ~1e-6: a wide step, within the partition at these a
+        h = 1e-2
+        fd = np.column_stack([(maximizer(a + h * e, k) - maximizer(a - h * e, k)) / (2 * h)
+                              for e in np.eye(a.size)])  # fmt: skip
+        np.testing.assert_allclose(J, fd, rtol=0, atol=1e-3 * np.abs(J).max())
+
+
+FY_CASES = [("svm_multi", 0.05, 1), ("topk_svm_alpha", 0.3, 3), ("topk_svm_alpha_pseudo", 0.5, 2),
+            ("topk_svm_beta", 0.5, 2), ("svm_ova", 0.2, 1)]  # fmt: skip
+
+
+@pytest.mark.parametrize("method,gamma,k", FY_CASES)
+@pytest.mark.parametrize("scale", [1.0, 30.0])
+def test_loss_from_the_gradient_is_the_kernels_loss(method, gamma, k, scale):
+    """Fenchel-Young: the loss sum from the gradient and the conjugate alone equals the
+    kernels' loss sum, whole and on a subset of rows."""
+    rng = np.random.default_rng(12)
+    n, m = 50, 6
+    X, y = rng.standard_normal((n, 3)), rng.integers(0, m, n)
+    prob = SDCAProblem(X, y, gram=False, n_classes=m, loss_id=get_method(method).loss_id, k=k)
+    deriv = _Derivatives(prob)
+    assert deriv.fenchel_young
+    S = rng.standard_normal((n, m)) * scale
+    G = deriv.gradient(S, gamma)
+    Cs = prob.example_c(0.7) * np.linspace(0.5, 2.0, n)
+    kernel = _k_objective_loss(prob, S, Cs, gamma)
+    assert deriv.loss_sum(S, G, Cs, gamma) == pytest.approx(kernel, rel=1e-12)
+    rows = np.flatnonzero(rng.random(n) < 0.5)
+    sub = deriv.restricted(rows)
+    np.testing.assert_array_equal(sub.gradient(S[rows], gamma), G[rows])
+    sub_prob = SDCAProblem(X[rows], y[rows], gram=False, n_classes=m, loss_id=prob.loss_id, k=k)
+    part = _k_objective_loss(sub_prob, np.ascontiguousarray(S[rows]), Cs[rows], gamma)
+    assert sub.loss_sum(S[rows], G[rows], Cs[rows], gamma) == pytest.approx(part, rel=1e-12)
+
+
+def _k_objective_loss(prob, S, Cs, gamma):
+    from topkbench.losses import dispatch
+
+    return dispatch.objective_terms(S, *prob.y, np.zeros_like(S), prob.loss_id, Cs, gamma,
+                                    prob.k, prob.rho, 0.0, 0.0, np.empty(0))[0]  # fmt: skip
+
+
+@pytest.mark.parametrize("method,gamma,k", FY_CASES[:3] + [("svm_ml", 0.05, 1)])
+def test_line_search_with_fenchel_young_and_live_rows_takes_the_same_step(
+        problem_factory, monkeypatch, method, gamma, k):  # fmt: skip
+    """The line search that takes losses from gradients and drops the rows whose gradient is
+    zero at both ends returns the step of the one that evaluates every loss on every row;
+    Newton directions from points ever further from the optimum have such rows, and some take
+    exact steps (the evaluations on the live rows)."""
+    import topkbench.solvers.newton as newton
+
+    if method == "svm_ml":
+        X, y = _multilabel_problem(seed=9, n=60)
+        m = 6
+    else:  # separated classes, so that some examples have zero loss near the optimum
+        m, rng = 6, np.random.default_rng(23)
+        y = rng.integers(0, m, 60)
+        centers = rng.standard_normal((m, 3)) * 5.0
+        X = ill_conditioned(centers[y] + 0.5 * rng.standard_normal((60, 3)))
+    prob = SDCAProblem(X, y, gram=False, n_classes=m, loss_id=get_method(method).loss_id, k=k)
+    rng = np.random.default_rng(2)
+    C, steps, dead = 5.0, set(), 0
+    W0 = topkbench.fit(X, y, method, C=C, gamma=gamma, k=k, eps=1e-8).W
+    for noise in (1e-7, 1e-5, 1e-3, 1e-2, 0.1, 1.0):  # above the rounding floor of F
+        W = W0 + noise * np.abs(W0).max() * rng.standard_normal(W0.shape)
+        deriv = _Derivatives(prob)
+        S = prob.scores(W)
+        G = deriv.gradient(S, gamma)
+        grad = W + C * np.asarray(prob.X.T @ G)
+        step = newton._newton_step(_hessian(prob.X, deriv, C, m), grad.T.reshape(-1))
+        D = np.ascontiguousarray(step.reshape(m, -1).T)
+        SD = prob.scores(D)
+        slope = float(np.vdot(grad, D))
+        G1 = deriv.gradient(S + SD, gamma)
+        dead += int((~((G != 0).any(axis=1) | (G1 != 0).any(axis=1))).sum())
+        t_fy = newton._line_search(prob, _Derivatives(prob), W, S, D, SD, C, gamma, slope, G)
+        with monkeypatch.context() as mp:
+            mp.setattr(newton, "FENCHEL_YOUNG_LOSSES", ())
+            t_plain = newton._line_search(prob, _Derivatives(prob), W, S, D, SD, C, gamma, slope, G)
+        assert t_fy == pytest.approx(t_plain, rel=1e-9, abs=1e-12)
+        steps.add(t_fy == 1.0)
+    assert dead > 0 and False in steps  # the exact steps: the ones on the live rows only

@@ -86,6 +86,7 @@ back with its dual, which plain SDCA continues from.
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from typing import NamedTuple
@@ -127,6 +128,15 @@ NEWTON_CG_LOSSES = (ids.LOSS_LR_MULTI, ids.LOSS_LR_ML, ids.LOSS_LR_OVA)
 ANALYTIC_LOSSES = (
     ids.LOSS_LR_MULTI, ids.LOSS_LR_OVA, ids.LOSS_LR_ML, ids.LOSS_SVM_OVA, ids.LOSS_SVM_MULTI,
     ids.LOSS_SVM_ML,
+)  # fmt: skip
+# the losses whose gradient is an exact projection onto the conjugate's domain (the hinges,
+# smoothed), so that one gradient evaluation also gives the loss by Fenchel-Young equality
+# (:func:`topkbench.losses.dispatch.conjugate_terms`), and whose zero set {L = 0} = {grad L =
+# 0} is convex (L >= 0 attains 0), so that an example with a zero gradient at both ends of a
+# line segment has loss and gradient 0 all along it
+FENCHEL_YOUNG_LOSSES = (
+    ids.LOSS_SVM_MULTI, ids.LOSS_TOPK_SVM_ALPHA, ids.LOSS_TOPK_SVM_ALPHA_PSEUDO,
+    ids.LOSS_TOPK_SVM_BETA, ids.LOSS_SVM_OVA, ids.LOSS_SVM_ML,
 )  # fmt: skip
 # SVM^ML_gamma: the bipartite projection's radius counts as active when sum p is this close
 # to 1 (its kink; either Jacobian is a generalized one there)
@@ -253,6 +263,38 @@ class _Derivatives:
             self.sign = -np.ones((n, m))
             self.sign[self.rows, yidx] = 1.0
 
+    @property
+    def fenchel_young(self) -> bool:
+        """Whether :meth:`loss_sum` may take the loss from the gradient (module constant
+        :data:`FENCHEL_YOUNG_LOSSES`)."""
+        return self.loss_id in FENCHEL_YOUNG_LOSSES
+
+    def loss_sum(self, S, G, Cs, gamma: float) -> float:
+        """``sum_i Cs_i L_gamma(S_i)`` from the gradient ``G`` at ``S`` (Fenchel-Young:
+        ``C L(s) = C <g, s> - C L*(g)``; :func:`~topkbench.losses.dispatch.conjugate_terms`),
+        for the losses of :attr:`fenchel_young` only."""
+        A = -Cs[:, None] * G
+        yptr, yidx = self.y
+        csum = _k.conjugate_terms(yptr, yidx, A, self.loss_id, Cs, gamma, self.k)
+        return csum - float(np.vdot(A, S))
+
+    def restricted(self, rows) -> _Derivatives:
+        """The same derivatives for the examples ``rows`` only (their gradients and loss
+        sums; :meth:`curvature` is not meant for the copy)."""
+        sub = copy.copy(self)
+        yptr, yidx = self.y
+        counts = np.diff(yptr)[rows]
+        ptr = np.zeros(rows.size + 1, dtype=yptr.dtype)
+        np.cumsum(counts, out=ptr[1:])
+        within = np.arange(ptr[-1]) - np.repeat(ptr[:-1], counts)
+        sub.y = (ptr, np.ascontiguousarray(yidx[np.repeat(yptr[rows], counts) + within]))
+        sub.rows = np.arange(rows.size)
+        sub.failures = 0
+        for name in ("active", "positive", "target", "labels", "sign"):
+            if hasattr(self, name):
+                setattr(sub, name, getattr(self, name)[rows])
+        return sub
+
     def _kernel_gradient(self, S, gamma: float, a: int = 0, b: int | None = None):
         """``grad L_gamma`` at the scores ``S`` of the rows ``a:b`` by the kernels'
         zero-norm block update (:func:`topkbench.losses.dispatch.gradient_duals`, with C = 1)."""
@@ -307,6 +349,8 @@ class _Derivatives:
     def curvature(self, a: int, b: int) -> Curvature:
         """The Hessians of rows ``a:b`` (:class:`Curvature`) at the last :meth:`gradient`."""
         lid = self.loss_id
+        if lid == ids.LOSS_TOPK_ENT:
+            return Curvature(None, (), self._topk_ent_hessians(a, b))
         if lid not in ANALYTIC_LOSSES:
             return Curvature(None, (), self._difference_hessians(a, b))
         if lid in (ids.LOSS_LR_OVA, ids.LOSS_SVM_OVA):
@@ -418,6 +462,63 @@ class _Derivatives:
             self._fd_step(gamma), tptr, tidx, hptr, hvals,
         )  # fmt: skip
         return tptr, tidx, hptr, hvals
+
+    def _topk_ent_hessians(self, a: int, b: int):
+        """Top-k Ent (TPAMI Prop. 17): the Hessians of rows ``a:b`` in the scores, from the
+        kernels' gradient, as dense ``rows x m x m`` matrices (they are dense: every class
+        has mass).
+
+        In the coordinates ``a = s^{\\y} - s_y`` the gradient is the maximizer ``x`` of
+        ``<a, x> - <x, log x> - (1-s) log(1-s)`` over the top-k simplex, ``s = <1, x>``
+        (:mod:`topkbench.losses.topk_entropy`).  On its partition, ``U`` the ``u`` capped
+        coordinates (``x_j = s/k``) and ``M`` the others (``x_j = e^{a_j - t}``), the
+        stationarity conditions are ``(1 - rho) t = -log(1-s) - A_U/k + rho log(s/k)`` and
+        ``(1 - rho) s = sum_M e^{a_j - t}`` (``rho = u/k``, ``A_U = sum_U a_j``).
+        Differentiating both, with ``b = s (1-s) / (s + rho (1-s))`` and ``e = (1-rho) b +
+        s``, gives ``dt = (<x_M, da> - (1-rho) b/k <1_U, da>) / ((1-rho) e)`` and ``ds =
+        <x_M, da> / (1-rho) - s dt``; with ``dx_j = x_j (da_j - dt)`` on M and ``ds/k`` on U,
+
+            J = dx/da = diag(x_M) + g11 x_M x_M^T + g12 (x_M 1_U^T + 1_U x_M^T)
+                        + g22 1_U 1_U^T,
+            g11 = -1 / ((1-rho) e),  g12 = b / (k e),  g22 = s b / (k^2 e),
+
+        symmetric as a Hessian must be (``x_M`` is x with zeros on U).  At ``u = 0`` this is
+        the softmax's ``diag(x) - x x^T``; at ``u = k`` (only when ``m - 1 = k``) the
+        closed form ``s(1-s)/k^2 1 1^T``.  In the scores, ``H = T^T J T`` with ``T s = (s_j -
+        s_y)_{j != y}``: ``H = J - e_y r^T - r e_y^T + <1, r> e_y e_y^T``, ``r = J 1``.  A
+        coordinate within 1e-9 (relative) of the cap counts as capped: at the kink both
+        pieces' Jacobians are generalized ones."""
+        _, _, G = self.state
+        G = G[a:b]
+        k = float(self.k)
+        rows = np.arange(b - a)
+        yptr, yidx = self.y
+        y = yidx[yptr[a:b]]
+        x = G.copy()
+        x[rows, y] = 0.0
+        s = x.sum(axis=1)
+        capped = (x >= (s / k)[:, None] * (1.0 - 1e-9)) & (x > 0.0)
+        rho = capped.sum(axis=1) / k
+        x_m = np.where(capped, 0.0, x)
+        q = 1.0 - s
+        live = s > 0.0
+        bb = np.where(live, s * q / np.where(live, s + rho * q, 1.0), 0.0)
+        e = np.where(live, (1.0 - rho) * bb + s, 1.0)
+        free = rho < 1.0
+        g11 = np.where(free & live, -1.0 / np.where(free, (1.0 - rho) * e, 1.0), 0.0)
+        g12 = np.where(live, bb / (k * e), 0.0)
+        g22 = np.where(live, s * bb / (k * k * e), 0.0)
+        u = capped.astype(np.float64)
+        J = np.einsum("ic,id->icd", x_m, x_m) * g11[:, None, None]
+        J += np.einsum("ic,id->icd", x_m, u) * g12[:, None, None]
+        J += np.einsum("ic,id->icd", u, x_m) * g12[:, None, None]
+        J += np.einsum("ic,id->icd", u, u) * g22[:, None, None]
+        J[:, np.arange(x.shape[1]), np.arange(x.shape[1])] += x_m
+        r = J.sum(axis=2)
+        J[rows, y, :] -= r
+        J[rows, :, y] -= r
+        J[rows, y, y] += r.sum(axis=1)
+        return J
 
     def _difference_hessians(self, a: int, b: int):
         """Forward differences of the kernels' gradient along each score.  The smoothed
@@ -534,38 +635,76 @@ def _hessian(X, deriv: _Derivatives, C: float, m: int, weights=None) -> np.ndarr
 
 
 def _line_search(prob: SDCAProblem, deriv: _Derivatives, W, S, D, SD, C: float, gamma: float,
-                 slope: float) -> float | None:  # fmt: skip
-    """The step along the Newton direction ``D`` (scores ``SD``) from ``W`` (scores ``S``):
-    1 when Armijo's test holds there, else the exact minimizer along ``D``
-    (:func:`_exact_step`), else halving until Armijo's test holds; None when the step falls
-    below rounding (the caller hands the run on)."""
-    lam = 1.0 / (C * prob.n)
-    no_dual = np.zeros_like(S)
+                 slope: float, G0) -> float | None:  # fmt: skip
+    """The step along the Newton direction ``D`` (scores ``SD``) from ``W`` (scores ``S``,
+    gradient of the loss ``G0`` there): 1 when Armijo's test holds there, else the exact
+    minimizer along ``D`` (:func:`_exact_step`), else halving until Armijo's test holds;
+    None when the step falls below rounding (the caller hands the run on).
+
+    For the losses of :data:`FENCHEL_YOUNG_LOSSES` one gradient evaluation at a step gives
+    both the slope and the loss there, and once the gradient at the full step is known, the
+    examples whose gradient is zero at both ends are left out of every further evaluation:
+    their zero set is convex, so they add nothing to F or its slope anywhere between."""
+    Cs = prob.example_c(C)
     # F(W + t D) - F(W) = t <W, D> + t^2/2 ||D||^2 + C (sum L_t - sum L_0): the quadratic
     # part exactly, so that the test is not lost in the rounding of F when C is large
     wd, dd = float(np.vdot(W, D)), float(np.vdot(D, D))
-    loss0 = prob.values(S, no_dual, 0.0, C, gamma)[0] / lam
+    fy = deriv.fenchel_young
+    if fy:
+        loss0 = deriv.loss_sum(S, G0, Cs, gamma)
+    else:
+        no_dual = np.zeros_like(S)
+        loss0 = prob.values(S, no_dual, 0.0, C, gamma)[0] * (C * prob.n)
+    view = [deriv, S, SD, Cs]  # the rows still evaluated
+    memo: dict[float, tuple[float, float]] = {}
+
+    def evaluate(t: float) -> tuple[float, float]:
+        """(the loss sum of the rows in view at step t, phi'(t))"""
+        if t not in memo:
+            der, S_, SD_, Cs_ = view
+            S_t = S_ + t * SD_
+            G_t = der.gradient(S_t, gamma)
+            loss_t = der.loss_sum(S_t, G_t, Cs_, gamma) if fy else math.nan
+            memo[t] = loss_t, t * dd + wd + float(np.vdot(Cs_[:, None] * G_t, SD_))
+            if fy and t == 1.0:
+                live = (G0 != 0.0).any(axis=1) | (G_t != 0.0).any(axis=1)
+                if not live.all():
+                    rows = np.flatnonzero(live)
+                    sub = deriv.restricted(rows)
+                    view[:] = [sub, S[rows], SD[rows], Cs[rows]]
+                    loss0_rows[0] = sub.loss_sum(S[rows], G0[rows], Cs[rows], gamma)
+        return memo[t]
+
+    loss0_rows = [loss0]  # loss0 over the rows in view (the others' losses are 0)
 
     def decrease(t: float) -> float:
-        loss_t = prob.values(S + t * SD, no_dual, 0.0, C, gamma)[0] / lam
-        return t * wd + 0.5 * t * t * dd + (loss_t - loss0)
+        if fy:
+            loss_t = evaluate(t)[0]
+            base = loss0 if t == 1.0 else loss0_rows[0]
+        else:
+            loss_t = prob.values(S + t * SD, no_dual, 0.0, C, gamma)[0] * (C * prob.n)
+            base = loss0
+        return t * wd + 0.5 * t * t * dd + (loss_t - base)
 
     def slope_at(t: float) -> float:
-        G_t = deriv.gradient(S + t * SD, gamma)
-        return t * dd + wd + float(np.vdot(prob.row_c(C) * G_t, SD))
+        return evaluate(t)[1]
 
-    if decrease(1.0) <= ARMIJO * slope:
-        return 1.0
-    t = _exact_step(slope_at, slope)
-    if t is not None and decrease(t) < 0.0:
-        return t
-    t_min = MIN_RELATIVE_STEP * max(float(np.abs(W).max()), 1.0) / float(np.abs(D).max() or 1.0)
-    t = 0.5
-    while t >= t_min:
-        if decrease(t) <= ARMIJO * t * slope:
+    try:
+        if decrease(1.0) <= ARMIJO * slope:
+            return 1.0
+        t = _exact_step(slope_at, slope)
+        if t is not None and decrease(t) < 0.0:
             return t
-        t *= 0.5
-    return None
+        t_min = MIN_RELATIVE_STEP * max(float(np.abs(W).max()), 1.0) / float(np.abs(D).max() or 1.0)
+        t = 0.5
+        while t >= t_min:
+            if decrease(t) <= ARMIJO * t * slope:
+                return t
+            t *= 0.5
+        return None
+    finally:
+        if view[0] is not deriv:
+            deriv.failures += view[0].failures
 
 
 def _cg_direction(prob: SDCAProblem, deriv: _Derivatives, C: float, grad):
@@ -723,7 +862,12 @@ def solve_newton(
         t_iter = time.perf_counter()
         progress = gap  # the gap this stage's Newton steps reduce: its own
         if stage_gamma != gamma:
-            ps, ds = prob.values(S, A, sq_w, C, stage_gamma)
+            if deriv.fenchel_young:  # the stage's loss from its gradient: no projection
+                lsum = deriv.loss_sum(S, G, prob.example_c(C), stage_gamma)
+                csum = lsum + float(np.vdot(A, S))
+                ps, ds = lam * (0.5 * sq_w + lsum), lam * (csum - 0.5 * sq_w)
+            else:
+                ps, ds = prob.values(S, A, sq_w, C, stage_gamma)
             progress = relative_gap(ps, ds + 0.5 * lam * (sq_w - sq_a))
             smaller = next_stage_gamma(stage_gamma, gap, progress, run.eps)
             if smaller is not None:
@@ -732,7 +876,8 @@ def solve_newton(
                 best_gap, since_best, progress = math.inf, 0, None  # a new stage starts
                 stage_gamma = smaller
                 info["gamma_stages"].append(stage_gamma)
-                W_A = features_t_dot(prob.X, -prob.row_c(C) * deriv.gradient(S, stage_gamma))
+                G = deriv.gradient(S, stage_gamma)
+                W_A = features_t_dot(prob.X, -prob.row_c(C) * G)
         if progress is not None and progress < STALL_FACTOR * best_gap:
             best_gap, since_best = progress, 0
         elif progress is not None and full_step:
@@ -748,7 +893,7 @@ def solve_newton(
         else:
             D = _cg_direction(prob, deriv, C, W - W_A)
         SD = prob.scores(D)
-        t = _line_search(prob, deriv, W, S, D, SD, C, stage_gamma, float(np.vdot(W - W_A, D)))
+        t = _line_search(prob, deriv, W, S, D, SD, C, stage_gamma, float(np.vdot(W - W_A, D)), G)
         if t is None:
             return "running", A, W, primal, dual, gap, info
         full_step = t == 1.0
