@@ -43,11 +43,12 @@ The losses, their gradients and (generalized) Hessians in the scores:
   its face is written out (:meth:`_Derivatives._bipartite_curvature`).
 * The top-k hinges (gamma > 0) and top-k Ent: the gradient is the kernels' block update of a
   zero-norm example (:func:`topkbench.losses.dispatch.gradient_duals`; it maximizes ``<v, s>
-  - L*(v)``), and H_i are its forward differences, symmetrized: along the coordinates of the
-  gradient's support for the hinges (:func:`topkbench.losses.dispatch.support_hessians`),
-  along every score for top-k Ent.  The smoothed hinges' gradients are projections onto
-  polytopes, piecewise linear, so off a kink the differences are their (generalized)
-  Jacobians exactly.
+  - L*(v)``).  For the hinges H_i are its forward differences, symmetrized, along the
+  coordinates of the gradient's support (:func:`topkbench.losses.dispatch.
+  support_hessians`): their gradients are projections onto polytopes, piecewise linear, so
+  off a kink the differences are their (generalized) Jacobians exactly.  Top-k Ent's H_i
+  are written out (:meth:`_Derivatives._topk_ent_hessians`: the Jacobian of the top-k
+  simplex maximizer on its partition, a diagonal plus rank two, mapped to the scores).
 
 Every analytic H_i is a diagonal plus at most three signed rank-one terms
 (:class:`Curvature`); the Hessian is assembled from those products, or, for the hinges whose
@@ -77,7 +78,10 @@ holds for the stage's loss; the gamma = 0 gap adds the smoothing's share.
 
 **Globalization.** Armijo's test at the full step, else the exact minimizer along the
 Newton direction (:func:`_exact_step`), else backtracking; the scores along it are ``S + t X
-Delta``, so a trial step costs no product with X.  Rounded or finite-difference H_i can
+Delta``, so a trial step costs no product with X; for the hinges one gradient evaluation
+gives both the slope and the loss there (Fenchel-Young), and the examples whose gradient is
+zero at both ends of the step are left out of the evaluations in between
+(:func:`_line_search`).  Rounded or finite-difference H_i can
 leave the assembled Hessian a few ulps short of positive definite; :func:`_newton_step` then
 shifts its diagonal (Levenberg).  When
 the line search fails (F no longer decreases: the rounding floor), the solver hands the run
