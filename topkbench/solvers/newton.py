@@ -659,7 +659,8 @@ def _line_search(prob: SDCAProblem, deriv: _Derivatives, W, S, D, SD, C: float, 
     else:
         no_dual = np.zeros_like(S)
         loss0 = prob.values(S, no_dual, 0.0, C, gamma)[0] * (C * prob.n)
-    view = [deriv, S, SD, Cs]  # the rows still evaluated
+    view = [deriv, S, SD, Cs]  # the rows still evaluated ...
+    loss0_rows = [loss0]  # ... and their loss sum at t = 0 (the others' losses are 0)
     memo: dict[float, tuple[float, float]] = {}
 
     def evaluate(t: float) -> tuple[float, float]:
@@ -678,8 +679,6 @@ def _line_search(prob: SDCAProblem, deriv: _Derivatives, W, S, D, SD, C: float, 
                     view[:] = [sub, S[rows], SD[rows], Cs[rows]]
                     loss0_rows[0] = sub.loss_sum(S[rows], G0[rows], Cs[rows], gamma)
         return memo[t]
-
-    loss0_rows = [loss0]  # loss0 over the rows in view (the others' losses are 0)
 
     def decrease(t: float) -> float:
         if fy:
