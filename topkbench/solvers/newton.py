@@ -273,14 +273,18 @@ class _Derivatives:
         :data:`FENCHEL_YOUNG_LOSSES`)."""
         return self.loss_id in FENCHEL_YOUNG_LOSSES
 
+    def conjugate_sum(self, A, Cs, gamma: float) -> float:
+        """``sum_i -Cs_i L*_gamma(-A_i / Cs_i)`` for this object's rows
+        (:func:`~topkbench.losses.dispatch.conjugate_terms`)."""
+        yptr, yidx = self.y
+        return _k.conjugate_terms(yptr, yidx, A, self.loss_id, Cs, gamma, self.k)
+
     def loss_sum(self, S, G, Cs, gamma: float) -> float:
         """``sum_i Cs_i L_gamma(S_i)`` from the gradient ``G`` at ``S`` (Fenchel-Young:
-        ``C L(s) = C <g, s> - C L*(g)``; :func:`~topkbench.losses.dispatch.conjugate_terms`),
-        for the losses of :attr:`fenchel_young` only."""
+        ``C L(s) = C <g, s> - C L*(g)``, with ``A = -C G``: the conjugate sum minus ``<A,
+        S>``), for the losses of :attr:`fenchel_young` only."""
         A = -Cs[:, None] * G
-        yptr, yidx = self.y
-        csum = _k.conjugate_terms(yptr, yidx, A, self.loss_id, Cs, gamma, self.k)
-        return csum - float(np.vdot(A, S))
+        return self.conjugate_sum(A, Cs, gamma) - float(np.vdot(A, S))
 
     def restricted(self, rows) -> _Derivatives:
         """The same derivatives for the examples ``rows`` only (their gradients and loss
@@ -865,9 +869,9 @@ def solve_newton(
         t_iter = time.perf_counter()
         progress = gap  # the gap this stage's Newton steps reduce: its own
         if stage_gamma != gamma:
-            if deriv.fenchel_young:  # the stage's loss from its gradient: no projection
-                lsum = deriv.loss_sum(S, G, prob.example_c(C), stage_gamma)
-                csum = lsum + float(np.vdot(A, S))
+            if deriv.fenchel_young:  # A is the stage's gradient dual: its loss without a projection
+                csum = deriv.conjugate_sum(A, prob.example_c(C), stage_gamma)
+                lsum = csum - float(np.vdot(A, S))
                 ps, ds = lam * (0.5 * sq_w + lsum), lam * (csum - 0.5 * sq_w)
             else:
                 ps, ds = prob.values(S, A, sq_w, C, stage_gamma)
