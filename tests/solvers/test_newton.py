@@ -13,6 +13,7 @@ from solvers.test_accelerated import ill_conditioned
 import topkbench
 from topkbench.errors import ConvergenceWarning
 from topkbench.losses.registry import get_method
+from topkbench.solvers import hessian_kernels
 from topkbench.solvers.newton import NEWTON_MAX_DIM, _Derivatives, _hessian
 from topkbench.solvers.problem import SDCAProblem
 
@@ -377,10 +378,14 @@ def test_warm_start_hands_newton_the_previous_primal():
 @pytest.mark.parametrize("method,gamma,k", [("topk_svm_beta", 0.5, 2), ("topk_svm_alpha", 0.3, 3),
                                             ("topk_svm_alpha_pseudo", 0.5, 2),
                                             ("svm_multi", 0.05, 1)])  # fmt: skip
-def test_support_hessians_equal_the_dense_ones(problem_factory, method, gamma, k):
+@pytest.mark.parametrize("blas_min_work", [0, 10**9])
+def test_support_hessians_equal_the_dense_ones(problem_factory, monkeypatch, method, gamma, k,
+                                               blas_min_work):  # fmt: skip
     """The hinges' Hessians on their gradient's support (the compiled differences along the
     support only, or the analytic structured form) equal the dense per-example matrices, and
-    the compiled one-pass assembly equals the class-pair products."""
+    the assembly from the supports, each class pair's block by the BLAS or by the compiled
+    loops, equals the class-pair products."""
+    monkeypatch.setattr(hessian_kernels, "BLAS_MIN_WORK", blas_min_work)
     X, y = problem_factory(n=40, d=3, m=6, seed=17)
     prob = SDCAProblem(ill_conditioned(X), y, gram=False, n_classes=6,
                        loss_id=get_method(method).loss_id, k=k)  # fmt: skip

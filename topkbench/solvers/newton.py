@@ -52,7 +52,7 @@ The losses, their gradients and (generalized) Hessians in the scores:
 
 Every analytic H_i is a diagonal plus at most three signed rank-one terms
 (:class:`Curvature`); the Hessian is assembled from those products, or, for the hinges whose
-H_i live on a few classes, by one compiled pass over the examples' supports
+H_i live on a few classes, from the examples' supports grouped by class pair
 (:mod:`topkbench.solvers.hessian_kernels`), whichever costs less.  Above ``d m =
 NEWTON_MAX_DIM`` the logistic losses take Newton-CG steps instead (:func:`_cg_direction`).
 
@@ -116,8 +116,9 @@ NEWTON_MAX_DIM = 1024
 # typically takes, and how much faster per flop its dense products run than an epoch
 NEWTON_ITERATIONS = 30
 BLAS3_SPEEDUP = 4.0
-# how much dearer per flop the compiled one-pass Hessian assembly runs than BLAS's products
-PAIRWISE_SLOWDOWN = 4.0
+# how much dearer per flop the assembly on the supports runs than the structured form's
+# products (its large blocks are BLAS products too, its small ones compiled loops)
+PAIRWISE_SLOWDOWN = 1.5
 # Newton-CG (:func:`_cg_direction`): the residual it stops at, relative to the gradient, and
 # its budget of Hessian-vector products per Newton iteration
 CG_FORCING = 0.1
@@ -429,10 +430,10 @@ class _Derivatives:
         return is_hinge(self.loss_id) or self.loss_id == ids.LOSS_SVM_ML
 
     def pairwise_cheaper(self, d: int, m: int) -> bool:
-        """Whether the one-pass assembly on the supports (:meth:`support_blocks`) costs less
-        than the structured form's symmetric products (analytic losses only; the others
-        have no such form).  Pairwise: ``sum_i t_i (t_i + 1) / 2 d^2`` flops in compiled
-        loops, :data:`PAIRWISE_SLOWDOWN` times dearer per flop than the BLAS; structured:
+        """Whether the assembly on the supports (:meth:`support_blocks`) costs less than the
+        structured form's symmetric products (analytic losses only; the others have no such
+        form).  Pairwise: ``sum_i t_i (t_i + 1) / 2 d^2`` flops,
+        :data:`PAIRWISE_SLOWDOWN` times dearer per flop than the BLAS; structured:
         ``(d m)^2 / 2`` per rank-one term and example with a gradient."""
         if self.loss_id not in ANALYTIC_LOSSES:
             return True
@@ -594,11 +595,6 @@ def _hessian(X, deriv: _Derivatives, C: float, m: int, weights=None) -> np.ndarr
             b = min(a + rows, n)
             w = np.ones(b - a) if weights is None else np.ascontiguousarray(weights[a:b])
             assemble_support_hessian(_dense_rows(X, a, b), w, *deriv.support_blocks(a, b), H)
-        # the kernel fills the blocks (c, c') with c <= c': mirror the strictly upper ones
-        upper = H.copy()
-        for c in range(m):
-            upper[c * d : (c + 1) * d, c * d : (c + 1) * d] = 0.0
-        H += upper.T
         H *= C
         H[np.diag_indices_from(H)] += 1.0
         return H
