@@ -43,9 +43,8 @@ _WEIGHT_CHECKS = {
 
 def _expected_failures(estimator) -> dict[str, str]:
     if isinstance(estimator, MultilabelClassifier):
-        # no weight checks: the check's small multilabel problems go to the Newton phase,
-        # whose quadratic convergence leaves W within rounding of the optimum
         return {
+            **_WEIGHT_CHECKS,
             "check_classifiers_train": _ML_PREDICT_SHAPE,
             "check_classifiers_classes": _ML_PREDICT_SHAPE,
             "check_estimator_sparse_array": _ML_PREDICT_SHAPE,

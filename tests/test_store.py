@@ -72,7 +72,7 @@ def test_selected_fit_stopped_on_the_budget_ends_certified(tmp_path, ill_files):
     exp = ill_experiment(tmp_path, ill_files)
     run_sweep(exp)
     recs = current_records(exp, RecordStore(exp.results_dir, exp.name).load())
-    assert (recs["status"] != "converged").sum() >= 5  # the grid's large C stop on 3 epochs
+    assert (recs["status"] != "converged").sum() >= 3  # the grid's large C stop on 3 epochs
     rep = build_report(exp)
     sel = rep.selected
     assert len(sel) == 4 and (sel["status"] == "converged").all()
@@ -159,16 +159,45 @@ def test_second_sweep_is_refused_and_a_report_reads_meanwhile(tmp_path, ill_file
     run_sweep(exp)  # the lock is released
 
 
+def test_checkpoint_round_trip_and_older_dual_only_files(tmp_path):
+    """A checkpoint gives back the whole warm state, bit for bit; one of an older store (the
+    dual alone, ``.npy``) still warm-starts."""
+    import hashlib
+    import io
+
+    from topkbench.experiments.store import CheckpointRef, read_checkpoint
+    from topkbench.model import WarmStart
+
+    store = RecordStore(tmp_path, "e")
+    rng = np.random.default_rng(3)
+    warm = WarmStart(2.0, rng.standard_normal((3, 2)), rng.standard_normal((4, 2)), 0.1 / 3)
+    store.save_warm("k", warm)
+    got = store.load_warm("k")
+    assert got.C == 2.0 and got.gamma_start == warm.gamma_start
+    assert np.array_equal(got.A, warm.A) and np.array_equal(got.W, warm.W)
+    store.save_warm("kernel", WarmStart(0.5, warm.A))
+    assert store.load_warm("kernel")[2:] == (None, None)
+    buf = io.BytesIO()
+    np.save(buf, warm.A)
+    old = tmp_path / "old.npy"
+    old.write_bytes(buf.getvalue())
+    ref = CheckpointRef(4.0, str(old), hashlib.sha256(buf.getvalue()).hexdigest())
+    C, A, W, gamma = read_checkpoint(ref)
+    assert C == 4.0 and np.array_equal(A, warm.A) and W is None and gamma is None
+
+
 def test_corrupt_checkpoint_is_ignored_and_logged(tmp_path, caplog):
+    from topkbench.model import WarmStart
+
     store = RecordStore(tmp_path, "e")
     A = np.arange(6.0).reshape(3, 2)
-    store.save_warm("k", 2.0, A)
-    C, got = store.load_warm("k")
+    store.save_warm("k", WarmStart(2.0, A))
+    C, got = store.load_warm("k")[:2]
     assert C == 2.0 and np.array_equal(got, A)
-    f = store.warm / "k.npy"
+    f = store.warm / "k.npz"
     f.write_bytes(f.read_bytes()[:-8])
     assert store.load_warm("k") is None
-    assert "k.npy ignored" in caplog.text
+    assert "k.npz ignored" in caplog.text
     f.unlink()
     assert store.load_warm("k") is None
 
@@ -363,11 +392,11 @@ def test_full_disk_during_a_sweep_keeps_what_finished(tmp_path, ill_files, monke
     calls = {"n": 0}
     real = RecordStore._write_checkpoint_file
 
-    def full_after_five(self, key, C, A):
+    def full_after_five(self, key, warm):
         calls["n"] += 1
         if calls["n"] > 5:
             raise OSError(errno.ENOSPC, "No space left on device", str(self.warm / key))
-        return real(self, key, C, A)
+        return real(self, key, warm)
 
     monkeypatch.setattr(RecordStore, "_write_checkpoint_file", full_after_five)
     with pytest.raises(StoreError) as exc:

@@ -6,7 +6,7 @@ import logging
 import os
 import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
@@ -33,6 +33,19 @@ from topkbench.validation import (
 )
 
 logger = logging.getLogger(__name__)
+
+
+class WarmStart(NamedTuple):
+    """A point of a path to continue from: the dual ``A`` at ``C``, and for a linear fit's
+    second-order phase the primal point ``W`` it certified and the last smoothing of its
+    continuation (``gamma_start``).  :meth:`Model.warm_state` gives it and an experiment's
+    checkpoint stores exactly it, so that a path resumed from its checkpoint takes the same
+    steps as one continued in memory.  The pair ``(C, A)`` is a WarmStart without the rest."""
+
+    C: float
+    A: NDArray[np.float64]
+    W: NDArray[np.float64] | None = None
+    gamma_start: float | None = None
 
 
 @dataclass
@@ -76,6 +89,13 @@ class Model:
             kernel=kernel, theta=theta if rbf else None, X_train=X if rbf else None,
             info=info or {},
         )  # fmt: skip
+
+    def warm_state(self) -> WarmStart:
+        """The point a fit continues from (:class:`WarmStart`): this model's C and dual, and
+        for a linear model its primal and the last smoothing of its continuation."""
+        stages = self.info.get("gamma_stages")
+        return WarmStart(float(self.params["C"]), self.A, self.W if self.kernel is None else None,
+                         float(stages[-1]) if stages else None)  # fmt: skip
 
     @property
     def n_classes(self) -> int:
@@ -234,7 +254,7 @@ def fit(
         certificates at about a fifth of the run).
     seed : drives the per-epoch permutations.
     warm_start : a model of the same method on the same data (e.g. the previous C on a path),
-        or a pair ``(C_old, A_old)``; the dual is rescaled by ``C_new / C_old`` (which keeps
+        its :meth:`Model.warm_state`, or a pair ``(C_old, A_old)``; the dual is rescaled by ``C_new / C_old`` (which keeps
         it feasible) and W recomputed.
     weights, fw : ``wtopk_svm`` only: the rank weights (``flat``, ``linear``, ``exp`` or a
         non-increasing non-negative sequence; Kato §7.3), and ``fw``: None (default) solves
@@ -431,7 +451,8 @@ def fit(
 def _warm_dual(warm_start, method: str, shape: tuple[int, int], C: float, weights=None, *,
                k: int = 1, rank_weights=None):  # fmt: skip
     """The warm-start dual rescaled to ``C`` and the example weights of the new fit, from a
-    model of ``method`` or a pair ``(C_old, A_old)``; None without a warm start.
+    model of ``method``, a :class:`WarmStart` or a pair ``(C_old, A_old)``; None without a
+    warm start.
 
     Example i's block lives in its conjugate's domain scaled by ``C w_i``, so the block is
     rescaled by ``C w_i / (C_old w_old_i)`` (feasible again); a row of old weight 0 holds 0
@@ -457,7 +478,7 @@ def _warm_dual(warm_start, method: str, shape: tuple[int, int], C: float, weight
             raise ConfigError("warm_start was fit with other rank weights (another dual domain)")
         C_old, A_old, w_old = warm_start.params["C"], warm_start.A, warm_start.sample_weight
     else:
-        (C_old, A_old), w_old = warm_start, weights
+        C_old, A_old, w_old = warm_start[0], np.asarray(warm_start[1]), weights
     if A_old.shape != shape:
         raise ConfigError(
             f"warm_start dual has shape {A_old.shape}; expected {shape} (same training data)"
@@ -469,17 +490,19 @@ def _warm_dual(warm_start, method: str, shape: tuple[int, int], C: float, weight
 
 
 def _warm_primal(warm_start, method: str, linear: bool) -> dict[str, Any]:
-    """What a second-order phase may start from besides the warm dual: the warm model's own
-    primal point ``W_start`` (near the optimum on a C path, where the rescaled dual's ``X^T A``
-    is not) and the last smoothing of its continuation ``gamma_start``."""
-    if not (linear and isinstance(warm_start, Model) and warm_start.method == method):
+    """What a second-order phase may start from besides the warm dual: the warm point's own
+    primal ``W_start`` (near the optimum on a C path, where the rescaled dual's ``X^T A`` is
+    not) and the last smoothing of its continuation ``gamma_start`` (a model's
+    :meth:`~Model.warm_state`, or a :class:`WarmStart`)."""
+    if isinstance(warm_start, Model):
+        warm_start = warm_start.warm_state() if warm_start.method == method else None
+    if not (linear and isinstance(warm_start, WarmStart)):
         return {}
     out: dict[str, Any] = {}
     if warm_start.W is not None:
         out["W_start"] = warm_start.W
-    stages = warm_start.info.get("gamma_stages")
-    if stages:
-        out["gamma_start"] = float(stages[-1])
+    if warm_start.gamma_start is not None:
+        out["gamma_start"] = float(warm_start.gamma_start)
     return out
 
 

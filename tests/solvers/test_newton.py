@@ -14,7 +14,13 @@ import topkbench
 from topkbench.errors import ConvergenceWarning
 from topkbench.losses.registry import get_method
 from topkbench.solvers import hessian_kernels
-from topkbench.solvers.newton import NEWTON_MAX_DIM, _Derivatives, _hessian
+from topkbench.solvers.newton import (
+    NEWTON_MAX_DIM,
+    PROX_MIN_GAMMA,
+    _Derivatives,
+    _hessian,
+    _smoothing_centre,
+)
 from topkbench.solvers.problem import SDCAProblem
 
 # (method, gamma): every loss Newton covers; at the test point the simplex sum of svm_multi
@@ -121,7 +127,8 @@ def test_nonsmooth_hinge_continues_to_gamma_zero(problem_factory):
     assert model.converged and len(model.info["gamma_stages"]) > 1
     assert "plain_from_epoch" not in model.info
     stages = model.info["gamma_stages"]
-    assert stages[0] == 1.0 and all(b < a for a, b in zip(stages, stages[1:], strict=False))
+    assert stages[0] == 1.0 and all(b <= a for a, b in zip(stages, stages[1:], strict=False))
+    assert min(stages) == PROX_MIN_GAMMA and stages.count(PROX_MIN_GAMMA) > 1  # centres moved
     other = topkbench.fit(X, y, "svm_multi", C=100.0, eps=1e-6, max_epochs=10**6,
                           accelerate="catalyst")  # fmt: skip
     assert model.primal == pytest.approx(other.primal, rel=2e-6)
@@ -619,3 +626,47 @@ def test_line_search_with_fenchel_young_and_live_rows_takes_the_same_step(
         assert t_fy == pytest.approx(t_plain, rel=1e-9, abs=1e-12)
         steps.add(t_fy == 1.0)
     assert dead > 0 and False in steps  # the exact steps: the ones on the live rows only
+
+
+@pytest.mark.parametrize("method", ["svm_multi", "svm_ml"])
+def test_stage_loss_about_a_centre_is_the_proximal_smoothing(method):
+    """The continuation's stage loss: the gradient of L_gamma at ``s + gamma P v`` is the
+    maximizer of ``<u, s> - L*(u) - gamma/2 ||P (u - v)||^2`` over the conjugate's domain
+    (cvxpy), P the coordinates the smoothing regularizes, and its value the maximum."""
+    import cvxpy as cp
+
+    rng = np.random.default_rng(12)
+    n, m, gamma = 8, 5, 0.3
+    if method == "svm_ml":
+        Y = (rng.random((n, m)) < 0.4).astype(float)
+        Y[:, 0], Y[:, 1] = 1.0, 0.0  # every example ranks something
+        y = sp.csr_matrix(Y)
+    else:
+        y = rng.integers(0, m, n)
+    prob = SDCAProblem(rng.standard_normal((n, 3)), y, gram=False, n_classes=m,
+                       loss_id=get_method(method).loss_id, k=1)  # fmt: skip
+    S = rng.standard_normal((n, m)) * 2.0
+    deriv = _Derivatives(prob)
+    V = _smoothing_centre(prob, deriv.gradient(rng.standard_normal((n, m)) * 3.0, 0.05))
+    G = deriv.gradient(S + gamma * V, gamma)
+    shifted_loss = prob.values(np.ascontiguousarray(S + gamma * V), np.zeros((n, m)), 0.0, 1.0,
+                               gamma)[0] * n  # fmt: skip
+    total = 0.0
+    for i in range(n):
+        u = cp.Variable(m)
+        if method == "svm_ml":  # u = (p off Y, -q on Y), p, q >= 0, sum p = sum q <= 1
+            pos = Y[i] > 0
+            p, q = u[np.flatnonzero(~pos)], -u[np.flatnonzero(pos)]
+            cons = [p >= 0, q >= 0, cp.sum(p) == cp.sum(q), cp.sum(p) <= 1]
+            gain = 0.5 * cp.sum(p) + 0.5 * cp.sum(q)  # -L*(u): the margin split in halves
+            reg = cp.sum_squares(u - V[i])
+        else:  # u_j >= 0 off the label, their sum <= 1, u_y = -sum
+            off = np.flatnonzero(np.arange(m) != y[i])
+            cons = [u[off] >= 0, cp.sum(u[off]) <= 1, u[y[i]] == -cp.sum(u[off])]
+            gain = cp.sum(u[off])
+            reg = cp.sum_squares(u[off] - V[i, off])
+        obj = cp.Problem(cp.Maximize(u @ S[i] + gain - gamma / 2 * reg), cons)
+        total += obj.solve(solver=cp.CLARABEL, tol_gap_abs=1e-10, tol_gap_rel=1e-10)
+        np.testing.assert_allclose(G[i], u.value, atol=1e-6)
+    # the stage's loss sum, L_gamma at the shifted scores minus gamma/2 ||P V||^2
+    assert shifted_loss - gamma / 2 * float(np.vdot(V, V)) == pytest.approx(total, abs=1e-6)

@@ -114,10 +114,10 @@ def run_path(exp: ExperimentConfig, task: PathTask, emit: Emit) -> PathSummary:
         record = make_record(spec, ds, row, ctx, model, warm is not None)
         checkpoints = []
         if exp.warm_start and init_C is None and (ck is None or C > ck[0]):
-            checkpoints.append((task.path_key, C, model.A))
-            ck = (C, model.A)
+            ck = model.warm_state()
+            checkpoints.append((task.path_key, ck))
         if certifiable(row, model):
-            checkpoints.append((key, C, model.A))
+            checkpoints.append((key, model.warm_state()))
         emit(key, record, tuple(checkpoints))
         summary.done += 1
         summary.not_converged += model.status != "converged"
@@ -169,7 +169,8 @@ class CertifyTask:
             certify_time_limit=exp.certify_time_limit,
             certify_max_epochs=exp.certify_max_epochs,
         )
-        emit(self.key, record, ((self.key, C, model.A),) if certifiable(job.row, model) else ())
+        certified = certifiable(job.row, model)
+        emit(self.key, record, ((self.key, model.warm_state()),) if certified else ())
         summary.done = 1
         summary.not_converged = int(model.status != "converged")
         summary.seconds = time.perf_counter() - start

@@ -11,8 +11,9 @@ contents, every solver setting, the protocol, the seed and the code version).  G
   Workers compute and hand records to the driver.
 * **Consistent reads.** The database runs in WAL mode: ``report`` (any reader) sees a snapshot
   of committed records while a sweep writes.
-* **Checkpoints verified on read.** Dual checkpoints can be large (n x m floats), so they are
-  ``.npy`` files written atomically under ``warm/``; the database row stores their SHA-256,
+* **Checkpoints verified on read.** Warm-start checkpoints (the dual, n x m floats, with the
+  primal and smoothing a second-order phase continues from) can be large, so they are
+  ``.npz`` files written atomically under ``warm/``; the database row stores their SHA-256,
   and a file that does not match is ignored with a warning, never fatal.
 
 The older layout (one parquet file per record under ``records/``) had no content-addressed
@@ -106,21 +107,32 @@ class CheckpointRef:
     sha256: str
 
 
-def read_checkpoint(ref: CheckpointRef) -> tuple[float, np.ndarray] | None:
-    """``(C, A)`` of a checkpoint, or None when its file is missing or does not match its
-    SHA-256 (logged: the fit then starts cold, never fails)."""
+def read_checkpoint(ref: CheckpointRef):
+    """The :class:`~topkbench.model.WarmStart` a checkpoint holds, or None when its file is
+    missing or does not match its SHA-256 (logged: the fit then starts cold, never fails).
+    A checkpoint of an older store holds the dual alone (``.npy``)."""
+    from topkbench.model import WarmStart
+
     try:
         data = Path(ref.path).read_bytes()
         if hashlib.sha256(data).hexdigest() != ref.sha256:
             raise ValueError("its SHA-256 does not match the record store")
-        A = np.load(io.BytesIO(data), allow_pickle=False)
-    except (OSError, ValueError) as exc:
+        loaded = np.load(io.BytesIO(data), allow_pickle=False)
+        if isinstance(loaded, np.ndarray):
+            warm = WarmStart(ref.C, loaded)
+        else:
+            with loaded:
+                gamma = loaded["gamma_start"] if "gamma_start" in loaded else None
+                warm = WarmStart(ref.C, loaded["A"], loaded["W"] if "W" in loaded else None,
+                                 None if gamma is None else float(gamma))  # fmt: skip
+    except (OSError, ValueError, KeyError) as exc:
         log.warning("warm-start checkpoint %s ignored (%s); the fit starts cold", ref.path, exc)
         return None
-    if not math.isfinite(ref.C) or not np.isfinite(A).all():
+    arrays = [warm.A] + ([] if warm.W is None else [warm.W])
+    if not math.isfinite(ref.C) or not all(np.isfinite(a).all() for a in arrays):
         log.warning("warm-start checkpoint %s ignored (not finite)", ref.path)
         return None
-    return ref.C, A
+    return warm
 
 
 class StoreError(ConfigError):
@@ -275,10 +287,10 @@ class RecordStore:
         self,
         key: str,
         record: dict[str, Any],
-        checkpoints: tuple[tuple[str, float, np.ndarray], ...] = (),
+        checkpoints: tuple[tuple[str, Any], ...] = (),
     ) -> None:
         """Commit one record (replacing a record of the same key) and its warm-start
-        checkpoints ``(checkpoint key, C, A)`` in one transaction."""
+        checkpoints ``(checkpoint key, WarmStart)`` in one transaction."""
         row = {"key": key, **record, **provenance()}
         now = datetime.now(UTC).isoformat()
         row["finished_at"] = now
@@ -314,13 +326,20 @@ class RecordStore:
         return pd.DataFrame(rows)
 
     # -- warm-start checkpoints --------------------------------------------------------------
-    def _write_checkpoint_file(self, key: str, C: float, A: np.ndarray):
+    def _write_checkpoint_file(self, key: str, warm):
+        """Write the :class:`~topkbench.model.WarmStart` ``warm`` under ``key`` (``.npz``,
+        atomically); returns its row of the checkpoints table."""
         self.warm.mkdir(parents=True, exist_ok=True)
+        arrays = {"A": np.ascontiguousarray(warm.A)}
+        if warm.W is not None:
+            arrays["W"] = np.ascontiguousarray(warm.W)
+        if warm.gamma_start is not None:
+            arrays["gamma_start"] = np.float64(warm.gamma_start)
         buf = io.BytesIO()
-        np.save(buf, np.ascontiguousarray(A))
+        np.savez(buf, **arrays)
         data = buf.getvalue()
-        name = f"{key}.npy"
-        fd, tmp = tempfile.mkstemp(dir=self.warm, prefix=".tmp-", suffix=".npy")
+        name = f"{key}.npz"
+        fd, tmp = tempfile.mkstemp(dir=self.warm, prefix=".tmp-", suffix=".npz")
         try:
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
@@ -328,11 +347,12 @@ class RecordStore:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-        return key, float(C), name, hashlib.sha256(data).hexdigest()
+        return key, float(warm.C), name, hashlib.sha256(data).hexdigest()
 
     @_store_errors
-    def save_warm(self, key: str, C: float, A: np.ndarray) -> None:
-        ck = self._write_checkpoint_file(key, C, A)
+    def save_warm(self, key: str, warm) -> None:
+        """Store the :class:`~topkbench.model.WarmStart` ``warm`` under ``key``."""
+        ck = self._write_checkpoint_file(key, warm)
         conn = self._connect(create=True)
         with self._transaction(conn):
             conn.execute("INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?, ?)", ck)
@@ -352,8 +372,8 @@ class RecordStore:
         C, name, digest = row
         return CheckpointRef(float(C), str(self.warm / name), digest)
 
-    def load_warm(self, key: str) -> tuple[float, np.ndarray] | None:
-        """The checkpoint ``(C, A)`` under ``key``, or None (absent, or its file is missing or
+    def load_warm(self, key: str):
+        """The checkpoint (a :class:`~topkbench.model.WarmStart`) under ``key``, or None (absent, or its file is missing or
         does not match its recorded SHA-256: logged and ignored)."""
         ref = self.checkpoint_ref(key)
         return None if ref is None else read_checkpoint(ref)

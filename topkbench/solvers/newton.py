@@ -56,11 +56,26 @@ H_i live on a few classes, from the examples' supports grouped by class pair
 (:mod:`topkbench.solvers.hessian_kernels`), whichever costs less.  Above ``d m =
 NEWTON_MAX_DIM`` the logistic losses take Newton-CG steps instead (:func:`_cg_direction`).
 
-**Nonsmooth hinges (gamma = 0): smoothing continuation**, as in the accelerated solver: the
-stages solve the gamma-smoothed problem for gamma = 1, then smaller gamma
-(:func:`~topkbench.solvers.accelerated.next_stage_gamma`), each warm-started from the last.
-TPAMI Props. 2, 6 and 10 keep the conjugate domain, so the stage's gradient dual is feasible
-for gamma = 0, and every certificate is the gamma = 0 one.
+**Nonsmooth hinges (gamma = 0): a continuation about proximal centres.**  Stage j smooths
+the conjugate about a centre ``V`` in the dual (loss units)::
+
+    L_{gamma,v}(s) = max_u <u, s> - L*(u) - gamma/2 ||P (u - v)||^2
+                   = L_gamma(s + gamma P v) - gamma/2 ||P v||^2,
+
+P the coordinates the loss's own smoothing regularizes (the off-label ones for the
+multiclass hinges, TPAMI Prop. 2; all for SVM^ML and SVM^OVA, Props. 6 and 10): the stage's
+gradient, Hessian and loss are those of ``L_gamma`` at the shifted scores
+(:func:`_smoothing_centre`).  The first centre is the starting dual; gamma starts at 1 (or
+a warm start's last) and decreases as in the accelerated solver
+(:func:`~topkbench.solvers.accelerated.next_stage_gamma`) down to :data:`PROX_MIN_GAMMA`,
+and each new stage moves the centre to the last stage's gradient dual.  The dual of stage j
+is the gamma = 0 dual minus ``sum_i C_i gamma/2 ||P (u_i - v_i)||^2``, so its optimum is the
+proximal point of the gamma = 0 dual at V (Rockafellar, SIAM J. Control Optim. 1976), and
+moving the centre is the proximal point method: it converges to the gamma = 0 optimum with
+gamma held, and once the centre is near the optimal dual the stage's optimum has its margin
+examples inside their quadratic pieces instead of on the kinks, where Newton's steps are full.
+TPAMI Props. 2, 6 and 10 keep the conjugate domain, so every stage's gradient dual is
+feasible for gamma = 0, and every certificate is the gamma = 0 one.
 
 **The certificate.** ``A = -C G`` is dual feasible (a gradient of a convex loss lies in the
 domain of its conjugate) and is the dual the kernels pair with the scores ``s_i``: each
@@ -74,7 +89,8 @@ so the duality gap of the pair (W, A) is exactly ``lambda/2 ||grad F(W)||^2``: N
 quadratic convergence of the gradient carries over to the certificate.  The reported gap is
 nonetheless computed by the kernels from their loss and conjugate values, like every other
 certificate (the identity is checked in the tests).  For a continuation stage the identity
-holds for the stage's loss; the gamma = 0 gap adds the smoothing's share.
+holds for the stage's loss; the gamma = 0 gap adds the smoothing's share, and a stage ends
+when its own gap is below a quarter of that share.
 
 **Globalization.** Armijo's test at the full step, else the exact minimizer along the
 Newton direction (:func:`_exact_step`), else backtracking; the scores along it are ``S + t X
@@ -156,6 +172,10 @@ HESSIAN_ENTRIES = 1 << 23
 ARMIJO = 1e-4
 # the line search gives up when the step moves no entry of W by more than this relative amount
 MIN_RELATIVE_STEP = 1e-15
+# a continuation's smoothing decreases down to this and then stays, each further stage moving
+# its centre instead (the proximal point method on the dual): smaller would make each stage's
+# piecewise-quadratic problem take more damped Newton steps than it saves stages
+PROX_MIN_GAMMA = 0.1
 # the largest curvature C R^2 / gamma of a continuation stage: beyond it the Hessian's
 # condition number leaves float64 (and the stage's share of the gap is below any useful eps)
 MAX_CURVATURE = 1e12
@@ -813,6 +833,17 @@ def _newton_step(H, grad):
     return None
 
 
+def _smoothing_centre(prob: SDCAProblem, V) -> np.ndarray:
+    """A dual block ``V`` (loss units, n x m) as a continuation stage's centre: its
+    coordinates that the smoothing regularizes (``P V``), the label's zeroed for the
+    multiclass hinges, whose smoothing acts on the other classes only (TPAMI Prop. 2; all
+    of them for SVM^ML and SVM^OVA, Props. 6 and 10)."""
+    V = np.array(V, dtype=np.float64)
+    if prob.loss_id not in (ids.LOSS_SVM_ML, ids.LOSS_SVM_OVA):
+        V[np.arange(prob.n), prob.y[1]] = 0.0
+    return V
+
+
 def solve_newton(
     prob: SDCAProblem,
     run: Run,
@@ -850,8 +881,19 @@ def solve_newton(
                 < prob.values(S, no_dual, float(np.vdot(W, W)), C, stage_gamma)[0]):  # fmt: skip
             W, S = np.array(W_start, dtype=np.float64), S_start
     best_gap, since_best, full_step = math.inf, 0, False
+    # a continuation smooths the loss about a centre in the dual: first the starting dual's
+    centre = None
+    if stage_gamma != gamma:
+        Cs = prob.example_c(C)[:, None]
+        centre = _smoothing_centre(prob, np.divide(-np.asarray(A), Cs, out=np.zeros((n, m)),
+                                                   where=Cs > 0.0))  # fmt: skip
+
+    def stage_scores(S):
+        """The scores at which the stage's loss takes the smoothed loss's values."""
+        return S if centre is None else S + stage_gamma * centre
+
     while True:
-        G = deriv.gradient(S, stage_gamma)
+        G = deriv.gradient(stage_scores(S), stage_gamma)
         A = np.ascontiguousarray(-prob.row_c(C) * G)
         W_A = features_t_dot(prob.X, A)
         # the certificate of (W, A): P from W's scores, D from A with ||X^T A||^2
@@ -864,22 +906,19 @@ def solve_newton(
             return status, A, W, primal, dual, gap, info
         t_iter = time.perf_counter()
         progress = gap  # the gap this stage's Newton steps reduce: its own
-        if stage_gamma != gamma:
-            if deriv.fenchel_young:  # A is the stage's gradient dual: its loss without a projection
-                csum = deriv.conjugate_sum(A, prob.example_c(C), stage_gamma)
-                lsum = csum - float(np.vdot(A, S))
-                ps, ds = lam * (0.5 * sq_w + lsum), lam * (csum - 0.5 * sq_w)
-            else:
-                ps, ds = prob.values(S, A, sq_w, C, stage_gamma)
-            progress = relative_gap(ps, ds + 0.5 * lam * (sq_w - sq_a))
+        if centre is not None:
+            # the stage's own gap is lambda/2 ||grad F||^2 (module docstring)
+            progress = relative_gap(primal, primal - 0.5 * lam * float(np.vdot(W - W_A, W - W_A)))
             smaller = next_stage_gamma(stage_gamma, gap, progress, run.eps)
             if smaller is not None:
+                smaller = max(smaller, min(stage_gamma, PROX_MIN_GAMMA))
                 if C * prob.r2 / smaller > MAX_CURVATURE:
                     return "running", A, W, primal, dual, gap, info
                 best_gap, since_best, progress = math.inf, 0, None  # a new stage starts
+                centre = _smoothing_centre(prob, G)
                 stage_gamma = smaller
                 info["gamma_stages"].append(stage_gamma)
-                G = deriv.gradient(S, stage_gamma)
+                G = deriv.gradient(stage_scores(S), stage_gamma)
                 W_A = features_t_dot(prob.X, -prob.row_c(C) * G)
         if progress is not None and progress < STALL_FACTOR * best_gap:
             best_gap, since_best = progress, 0
@@ -896,7 +935,8 @@ def solve_newton(
         else:
             D = _cg_direction(prob, deriv, C, W - W_A)
         SD = prob.scores(D)
-        t = _line_search(prob, deriv, W, S, D, SD, C, stage_gamma, float(np.vdot(W - W_A, D)), G)
+        t = _line_search(prob, deriv, W, stage_scores(S), D, SD, C, stage_gamma,
+                         float(np.vdot(W - W_A, D)), G)  # fmt: skip
         if t is None:
             return "running", A, W, primal, dual, gap, info
         full_step = t == 1.0
