@@ -254,8 +254,8 @@ def fit(
         certificates at about a fifth of the run).
     seed : drives the per-epoch permutations.
     warm_start : a model of the same method on the same data (e.g. the previous C on a path),
-        its :meth:`Model.warm_state`, or a pair ``(C_old, A_old)``; the dual is rescaled by ``C_new / C_old`` (which keeps
-        it feasible) and W recomputed.
+        its :meth:`Model.warm_state`, or a pair ``(C_old, A_old)``; the dual is rescaled by
+        ``C_new / C_old`` (which keeps it feasible) and W recomputed.
     weights, fw : ``wtopk_svm`` only: the rank weights (``flat``, ``linear``, ``exp`` or a
         non-increasing non-negative sequence; Kato §7.3), and ``fw``: None (default) solves
         it by SDCA with the exact projection of :mod:`topkbench.prox.permutahedron`, a

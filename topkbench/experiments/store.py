@@ -373,8 +373,9 @@ class RecordStore:
         return CheckpointRef(float(C), str(self.warm / name), digest)
 
     def load_warm(self, key: str):
-        """The checkpoint (a :class:`~topkbench.model.WarmStart`) under ``key``, or None (absent, or its file is missing or
-        does not match its recorded SHA-256: logged and ignored)."""
+        """The checkpoint (a :class:`~topkbench.model.WarmStart`) under ``key``, or None
+        (absent, or its file is missing or does not match its recorded SHA-256: logged and
+        ignored)."""
         ref = self.checkpoint_ref(key)
         return None if ref is None else read_checkpoint(ref)
 

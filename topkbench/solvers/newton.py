@@ -67,7 +67,8 @@ multiclass hinges, TPAMI Prop. 2; all for SVM^ML and SVM^OVA, Props. 6 and 10): 
 gradient, Hessian and loss are those of ``L_gamma`` at the shifted scores
 (:func:`_smoothing_centre`).  The first centre is the starting dual; gamma starts at 1 (or
 a warm start's last) and decreases as in the accelerated solver
-(:func:`~topkbench.solvers.accelerated.next_stage_gamma`) down to :data:`PROX_MIN_GAMMA`,
+(:func:`~topkbench.solvers.accelerated.next_stage_gamma`) down to :data:`PROX_MIN_GAMMA`
+(further only where a stage's proximal step did not halve the gap, :data:`PROX_MIN_DECREASE`),
 and each new stage moves the centre to the last stage's gradient dual.  The dual of stage j
 is the gamma = 0 dual minus ``sum_i C_i gamma/2 ||P (u_i - v_i)||^2``, so its optimum is the
 proximal point of the gamma = 0 dual at V (Rockafellar, SIAM J. Control Optim. 1976), and
@@ -174,8 +175,11 @@ ARMIJO = 1e-4
 MIN_RELATIVE_STEP = 1e-15
 # a continuation's smoothing decreases down to this and then stays, each further stage moving
 # its centre instead (the proximal point method on the dual): smaller would make each stage's
-# piecewise-quadratic problem take more damped Newton steps than it saves stages
+# piecewise-quadratic problem take more damped Newton steps than it saves stages ...
 PROX_MIN_GAMMA = 0.1
+# ... as long as each stage ends with the gamma = 0 gap below this fraction of the last
+# stage's; where the proximal steps make less progress than that, gamma decreases further
+PROX_MIN_DECREASE = 0.5
 # the largest curvature C R^2 / gamma of a continuation stage: beyond it the Hessian's
 # condition number leaves float64 (and the stage's share of the gap is below any useful eps)
 MAX_CURVATURE = 1e12
@@ -823,11 +827,14 @@ def _newton_step(H, grad):
     indefinite; the diagonal is then shifted by ``max diag(H)`` times 1e-12, 1e-10, ..., 10
     until the factorization succeeds (a Levenberg step: still a descent direction).  None if
     even that fails (non-finite H)."""
+    if not np.isfinite(H).all():
+        return None
     scale = float(np.diag(H).max())
     for shift in (0.0, *(scale * 10.0**e for e in range(-12, 2, 2))):
         try:
-            factor = scipy.linalg.cho_factor(H + shift * np.eye(H.shape[0]) if shift else H)
-            return scipy.linalg.cho_solve(factor, -grad)
+            factor = scipy.linalg.cho_factor(H + shift * np.eye(H.shape[0]) if shift else H,
+                                             check_finite=False)  # fmt: skip
+            return scipy.linalg.cho_solve(factor, -grad, check_finite=False)
         except (np.linalg.LinAlgError, ValueError):
             continue
     return None
@@ -882,7 +889,7 @@ def solve_newton(
             W, S = np.array(W_start, dtype=np.float64), S_start
     best_gap, since_best, full_step = math.inf, 0, False
     # a continuation smooths the loss about a centre in the dual: first the starting dual's
-    centre = None
+    centre, stage_end_gap = None, math.inf
     if stage_gamma != gamma:
         Cs = prob.example_c(C)[:, None]
         centre = _smoothing_centre(prob, np.divide(-np.asarray(A), Cs, out=np.zeros((n, m)),
@@ -911,7 +918,9 @@ def solve_newton(
             progress = relative_gap(primal, primal - 0.5 * lam * float(np.vdot(W - W_A, W - W_A)))
             smaller = next_stage_gamma(stage_gamma, gap, progress, run.eps)
             if smaller is not None:
-                smaller = max(smaller, min(stage_gamma, PROX_MIN_GAMMA))
+                if gap < PROX_MIN_DECREASE * stage_end_gap:  # the proximal steps are paying
+                    smaller = max(smaller, min(stage_gamma, PROX_MIN_GAMMA))
+                stage_end_gap = gap
                 if C * prob.r2 / smaller > MAX_CURVATURE:
                     return "running", A, W, primal, dual, gap, info
                 best_gap, since_best, progress = math.inf, 0, None  # a new stage starts

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 
 from topkbench.solvers.accelerated import condition_number, loss_smoothness
 from topkbench.solvers.newton import (
-    ANALYTIC_LOSSES,
     NEWTON_CG_LOSSES,
     NEWTON_MAX_DIM,
     newton_cost_epochs,
@@ -39,9 +38,10 @@ ACCEL_PREDICTED_FACTOR = 3.0
 # plain SDCA runs at least this many epochs on a well-conditioned nonsmooth problem before
 # its predicted remaining epochs are compared with Newton's cost ...
 NONSMOOTH_MIN_EPOCHS = 20
-# ... and only for eps at least this: the continuation's last smoothing is of the order of
-# eps, and below this its Hessians (curvature C R^2 / gamma) lose the digits the step needs,
-# so the run would end in plain SDCA anyway, from a worse dual
+# ... and only for eps at least this: where its proximal steps stop paying, the continuation's
+# smoothing goes down to the order of eps, and below this its Hessians (curvature C R^2 /
+# gamma) lose the digits the step needs, so the run would end in plain SDCA anyway, from a
+# worse dual
 NONSMOOTH_MIN_EPS = 1e-6
 
 
@@ -74,12 +74,12 @@ def _second_order_of(prob: SDCAProblem) -> str | None:
 
 def _nonsmooth_rule(second: str | None, loss_id: int, gamma: float, eps: float) -> bool:
     """Whether a well-conditioned run is watched for the nonsmooth rule of :func:`hand_over`:
-    a nonsmooth hinge with an analytic Hessian, dense Newton, and eps within its reach."""
+    a nonsmooth hinge, dense Newton, and eps within its reach.  The continuation's stages
+    keep gamma at 0.1 or above while they pay (:data:`~topkbench.solvers.newton.
+    PROX_MIN_GAMMA`), where the finite-difference Hessians of the hinges without an analytic
+    one are as good as analytic ones."""
     return (
-        second == "newton"
-        and loss_id in ANALYTIC_LOSSES
-        and eps >= NONSMOOTH_MIN_EPS
-        and loss_smoothness(loss_id, gamma) == 0.0
+        second == "newton" and eps >= NONSMOOTH_MIN_EPS and loss_smoothness(loss_id, gamma) == 0.0
     )
 
 
@@ -93,7 +93,7 @@ def hand_over(run: Run, prob: SDCAProblem, accelerate: str, C: float, gamma: flo
       phase applies (its cost does not grow with the conditioning), else once plain SDCA,
       after :data:`ACCEL_MIN_EPOCHS` epochs, is predicted by its last two certificates to
       need :data:`ACCEL_PREDICTED_FACTOR` times more epochs again than it has run;
-    * below it, a nonsmooth hinge with an analytic Hessian and dense Newton: once plain SDCA
+    * below it, a nonsmooth hinge with dense Newton: once plain SDCA
       (sublinear on a nonsmooth loss however well conditioned) is predicted to need more
       epochs than a Newton continuation costs (:func:`~topkbench.solvers.newton.
       newton_cost_epochs`).
@@ -147,7 +147,8 @@ def plan(kind: str, d: int, m: int, loss_id: int, gamma: float, accelerate: str 
             rule += ("; below it, once plain SDCA's predicted epochs exceed a Newton "
                      "continuation's cost")  # fmt: skip
         if not smooth:
-            rule += "; smoothing continuation gamma = 1, then smaller"
+            rule += ("; smoothing continuation gamma = 1, then smaller down to 0.1, then "
+                     "proximal centres")  # fmt: skip
         phases.append(Phase(second, rule))
         phases.append(Phase("accelerated", f"if {second} stalls, from its gradient dual"))
     else:
