@@ -190,7 +190,7 @@ MAX_CURVATURE = 1e12
 STALL_ITERATIONS = 50
 STALL_FACTOR = 0.9
 # the exact line search stops where the slope along the step is this fraction of the first
-LINE_SEARCH_TOL = 1e-3
+LINE_SEARCH_TOL = 0.1
 LINE_SEARCH_ITERATIONS = 30
 
 
@@ -340,9 +340,14 @@ class _Derivatives:
         )
         return -out
 
+    @property
+    def kernel_gradient(self) -> bool:
+        """Whether :meth:`gradient` is the kernels' (its state: the scores, gamma and G)."""
+        return self.loss_id == ids.LOSS_SVM_ML or self.loss_id not in ANALYTIC_LOSSES
+
     def gradient(self, S, gamma: float):
         lid = self.loss_id
-        if lid == ids.LOSS_SVM_ML or lid not in ANALYTIC_LOSSES:
+        if self.kernel_gradient:
             G = self._kernel_gradient(np.ascontiguousarray(S), gamma)
             self.state = (S, gamma, G)
             return G
@@ -663,11 +668,13 @@ def _hessian(X, deriv: _Derivatives, C: float, m: int, weights=None) -> np.ndarr
 
 
 def _line_search(prob: SDCAProblem, deriv: _Derivatives, W, S, D, SD, C: float, gamma: float,
-                 slope: float, G0) -> float | None:  # fmt: skip
+                 slope: float, G0):  # fmt: skip
     """The step along the Newton direction ``D`` (scores ``SD``) from ``W`` (scores ``S``,
     gradient of the loss ``G0`` there): 1 when Armijo's test holds there, else the exact
     minimizer along ``D`` (:func:`_exact_step`), else halving until Armijo's test holds;
-    None when the step falls below rounding (the caller hands the run on).
+    None when the step falls below rounding (the caller hands the run on).  Returns ``(t,
+    G_t)``, ``G_t`` the gradient at ``S + t SD`` when the search evaluated it there (the
+    next iteration's, up to the rounding of the scores), else None.
 
     For the losses of :data:`FENCHEL_YOUNG_LOSSES` one gradient evaluation at a step gives
     both the slope and the loss there, and once the gradient at the full step is known, the
@@ -685,7 +692,9 @@ def _line_search(prob: SDCAProblem, deriv: _Derivatives, W, S, D, SD, C: float, 
         loss0 = prob.values(S, no_dual, 0.0, C, gamma)[0] * (C * prob.n)
     view = [deriv, S, SD, Cs]  # the rows still evaluated ...
     loss0_rows = [loss0]  # ... and their loss sum at t = 0 (the others' losses are 0)
+    live_rows = [None]  # ... as indices (None: all)
     memo: dict[float, tuple[float, float]] = {}
+    grads: dict[float, tuple[np.ndarray | None, np.ndarray]] = {}
 
     def evaluate(t: float) -> tuple[float, float]:
         """(the loss sum of the rows in view at step t, phi'(t))"""
@@ -693,6 +702,7 @@ def _line_search(prob: SDCAProblem, deriv: _Derivatives, W, S, D, SD, C: float, 
             der, S_, SD_, Cs_ = view
             S_t = S_ + t * SD_
             G_t = der.gradient(S_t, gamma)
+            grads[t] = live_rows[0], G_t
             loss_t = der.loss_sum(S_t, G_t, Cs_, gamma) if fy else math.nan
             memo[t] = loss_t, t * dd + wd + float(np.vdot(Cs_[:, None] * G_t, SD_))
             if fy and t == 1.0:
@@ -701,8 +711,20 @@ def _line_search(prob: SDCAProblem, deriv: _Derivatives, W, S, D, SD, C: float, 
                     rows = np.flatnonzero(live)
                     sub = deriv.restricted(rows)
                     view[:] = [sub, S[rows], SD[rows], Cs[rows]]
+                    live_rows[0] = rows
                     loss0_rows[0] = sub.loss_sum(S[rows], G0[rows], Cs[rows], gamma)
         return memo[t]
+
+    def gradient_at(t: float | None):
+        """The whole gradient at step t if it was evaluated (the rows out of view: 0)."""
+        if t not in grads:
+            return None
+        rows, G_t = grads[t]
+        if rows is None:
+            return G_t
+        full = np.zeros_like(S)
+        full[rows] = G_t
+        return full
 
     def decrease(t: float) -> float:
         if fy:
@@ -716,7 +738,7 @@ def _line_search(prob: SDCAProblem, deriv: _Derivatives, W, S, D, SD, C: float, 
     def slope_at(t: float) -> float:
         return evaluate(t)[1]
 
-    try:
+    def search() -> float | None:
         if decrease(1.0) <= ARMIJO * slope:
             return 1.0
         t = _exact_step(slope_at, slope)
@@ -729,9 +751,13 @@ def _line_search(prob: SDCAProblem, deriv: _Derivatives, W, S, D, SD, C: float, 
                 return t
             t *= 0.5
         return None
+
+    try:
+        t = search()
     finally:
         if view[0] is not deriv:
             deriv.failures += view[0].failures
+    return t, gradient_at(t)
 
 
 def _cg_direction(prob: SDCAProblem, deriv: _Derivatives, C: float, grad):
@@ -899,8 +925,12 @@ def solve_newton(
         """The scores at which the stage's loss takes the smoothed loss's values."""
         return S if centre is None else S + stage_gamma * centre
 
+    G_next = None  # the line search's gradient at the new point, where it has one
     while True:
-        G = deriv.gradient(stage_scores(S), stage_gamma)
+        if G_next is None:
+            G = deriv.gradient(stage_scores(S), stage_gamma)
+        else:
+            G = G_next
         A = np.ascontiguousarray(-prob.row_c(C) * G)
         W_A = features_t_dot(prob.X, A)
         # the certificate of (W, A): P from W's scores, D from A with ||X^T A||^2
@@ -944,10 +974,16 @@ def solve_newton(
         else:
             D = _cg_direction(prob, deriv, C, W - W_A)
         SD = prob.scores(D)
-        t = _line_search(prob, deriv, W, stage_scores(S), D, SD, C, stage_gamma,
-                         float(np.vdot(W - W_A, D)), G)  # fmt: skip
+        S_stage = stage_scores(S)
+        t, G_next = _line_search(prob, deriv, W, S_stage, D, SD, C, stage_gamma,
+                                 float(np.vdot(W - W_A, D)), G)  # fmt: skip
         if t is None:
             return "running", A, W, primal, dual, gap, info
+        if G_next is not None and deriv.kernel_gradient:
+            # what curvature() reads: the scores and smoothing of the gradient it differences
+            deriv.state = (S_stage + t * SD, stage_gamma, G_next)
+        else:
+            G_next = None
         full_step = t == 1.0
         W = W + t * D
         S = prob.scores(W)  # the certificate needs P of W itself, not of the summed scores
