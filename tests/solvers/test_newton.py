@@ -467,8 +467,9 @@ def test_newton_cg_matches_cvxpy_on_ill_conditioned_features(problem_factory, mo
 
 def test_plan_names_each_shapes_phases():
     """The printed plan follows the hand-over rules: dense Newton for small d m (with the
-    nonsmooth rule for the nonsmooth hinges), Newton-CG for the logistic losses above the
-    dense limit, accelerated SDCA for the smoothed hinges there and for Gram matrices."""
+    predicted-epochs rule below the conditioning threshold, for eps >= 1e-6), Newton-CG for
+    the logistic losses above the dense limit, accelerated SDCA for the smoothed hinges there
+    and for Gram matrices."""
     from topkbench.solvers.plan import describe, plan
 
     lid = {name: get_method(name).loss_id for name in ("lr_ml", "svm_ml", "topk_svm_beta")}
@@ -476,7 +477,9 @@ def test_plan_names_each_shapes_phases():
     assert emotions.startswith("plain") and "-> newton (" in emotions
     assert "predicted epochs" in emotions and "smoothing continuation" in emotions
     assert "predicted epochs" in describe(plan("features", 16, 26, lid["topk_svm_beta"], 0.0))
-    assert "predicted epochs" not in describe(plan("features", 16, 26, lid["topk_svm_beta"], 1.0))
+    assert "predicted epochs" in describe(plan("features", 16, 26, lid["topk_svm_beta"], 1.0))
+    assert "predicted epochs" not in describe(plan("features", 16, 26, lid["topk_svm_beta"], 1.0,
+                                                   eps=1e-8))  # fmt: skip
     scene_lr = plan("features", 294, 6, lid["lr_ml"], 0.0)
     assert [p.name for p in scene_lr] == ["plain", "newton-cg", "accelerated", "plain"]
     scene_svm = plan("features", 294, 6, lid["svm_ml"], 1.0)

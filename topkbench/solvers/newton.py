@@ -129,9 +129,12 @@ from topkbench.solvers.problem import Run, SDCAProblem, features_t_dot, relative
 
 # the Hessian is (d m)^2 doubles and costs about n m^2 d^2 flops per iteration
 NEWTON_MAX_DIM = 1024
-# the cost model of a Newton continuation (:func:`newton_cost_epochs`): iterations it
-# typically takes, and how much faster per flop its dense products run than an epoch
+# the cost model of a Newton phase (:func:`newton_cost_epochs`): the iterations a
+# continuation for a nonsmooth hinge typically takes, those of a smooth loss (damped steps,
+# then quadratic convergence), and how much faster per flop its dense products run than an
+# epoch
 NEWTON_ITERATIONS = 30
+NEWTON_ITERATIONS_SMOOTH = 5
 BLAS3_SPEEDUP = 4.0
 # how much dearer per flop the assembly on the supports runs than the structured form's
 # products (its large blocks are BLAS products too, its small ones compiled loops)
@@ -200,9 +203,10 @@ def dense_newton(prob: SDCAProblem) -> bool:
     return prob.X.shape[1] * prob.m <= NEWTON_MAX_DIM
 
 
-def newton_cost_epochs(prob: SDCAProblem) -> float:
-    """What a Newton continuation costs, in epochs of plain SDCA: :data:`NEWTON_ITERATIONS`
-    iterations, each forming the Hessian (about ``n (d m)^2`` flops) and factoring it
+def newton_cost_epochs(prob: SDCAProblem, smooth: bool = False) -> float:
+    """What a Newton phase costs, in epochs of plain SDCA: :data:`NEWTON_ITERATIONS`
+    iterations for a nonsmooth hinge's continuation (:data:`NEWTON_ITERATIONS_SMOOTH` for a
+    smooth loss), each forming the Hessian (about ``n (d m)^2`` flops) and factoring it
     (``(d m)^3 / 3``), against an epoch's ``4 nnz(X) m``; the factor
     :data:`BLAS3_SPEEDUP` is how much faster per flop the dense products run than the epoch
     kernels on these small problems.  Deterministic: a function of the shapes only."""
@@ -210,7 +214,8 @@ def newton_cost_epochs(prob: SDCAProblem) -> float:
     dm = float(d * prob.m)
     nnz = prob.X.nnz if sp.issparse(prob.X) else prob.n * d
     iteration = prob.n * dm * dm + dm**3 / 3.0
-    return NEWTON_ITERATIONS * iteration / (BLAS3_SPEEDUP * 4.0 * nnz * prob.m)
+    iterations = NEWTON_ITERATIONS_SMOOTH if smooth else NEWTON_ITERATIONS
+    return iterations * iteration / (BLAS3_SPEEDUP * 4.0 * nnz * prob.m)
 
 
 def _simplex_project(w):

@@ -35,14 +35,15 @@ ACCELERATE_MODES = ("auto", "catalyst", "newton", "never")
 ACCEL_MIN_EPOCHS = 50
 ACCEL_MIN_CONDITION = 1000.0
 ACCEL_PREDICTED_FACTOR = 3.0
-# plain SDCA runs at least this many epochs on a well-conditioned nonsmooth problem before
-# its predicted remaining epochs are compared with Newton's cost ...
-NONSMOOTH_MIN_EPOCHS = 20
-# ... and only for eps at least this: where its proximal steps stop paying, the continuation's
-# smoothing goes down to the order of eps, and below this its Hessians (curvature C R^2 /
-# gamma) lose the digits the step needs, so the run would end in plain SDCA anyway, from a
-# worse dual
-NONSMOOTH_MIN_EPS = 1e-6
+# plain SDCA runs at least this many epochs on a well-conditioned problem before its
+# predicted remaining epochs are compared with Newton's cost ...
+PREDICTED_MIN_EPOCHS = 20
+# ... and only for eps at least this: where its proximal steps stop paying, a nonsmooth
+# hinge's continuation goes down to smoothings of the order of eps, and below this its
+# Hessians (curvature C R^2 / gamma) lose the digits the step needs, so the run would end in
+# plain SDCA anyway, from a worse dual (a smooth loss converges linearly in plain SDCA, and
+# the rule keeps one threshold for both)
+PREDICTED_MIN_EPS = 1e-6
 
 
 @dataclass(frozen=True)
@@ -72,15 +73,17 @@ def _second_order_of(prob: SDCAProblem) -> str | None:
     return second_order(prob.kind, prob.X.shape[1], prob.m, prob.loss_id)
 
 
-def _nonsmooth_rule(second: str | None, loss_id: int, gamma: float, eps: float) -> bool:
-    """Whether a well-conditioned run is watched for the nonsmooth rule of :func:`hand_over`:
-    a nonsmooth hinge, dense Newton, and eps within its reach.  The continuation's stages
-    keep gamma at 0.1 or above while they pay (:data:`~topkbench.solvers.newton.
-    PROX_MIN_GAMMA`), where the finite-difference Hessians of the hinges without an analytic
-    one are as good as analytic ones."""
-    return (
-        second == "newton" and eps >= NONSMOOTH_MIN_EPS and loss_smoothness(loss_id, gamma) == 0.0
-    )
+def _predicted_rule(second: str | None, eps: float) -> bool:
+    """Whether a well-conditioned run is watched for the predicted-epochs rule of
+    :func:`hand_over`: dense Newton and eps within a continuation's reach
+    (:data:`PREDICTED_MIN_EPS`).  The continuation's stages keep gamma at 0.1 or above while
+    they pay (:data:`~topkbench.solvers.newton.PROX_MIN_GAMMA`), where the finite-difference
+    Hessians of the hinges without an analytic one are as good as analytic ones."""
+    return second == "newton" and eps >= PREDICTED_MIN_EPS
+
+
+def _smooth(loss_id: int, gamma: float) -> bool:
+    return loss_smoothness(loss_id, gamma) > 0.0
 
 
 def hand_over(run: Run, prob: SDCAProblem, accelerate: str, C: float, gamma: float) -> bool:
@@ -93,10 +96,11 @@ def hand_over(run: Run, prob: SDCAProblem, accelerate: str, C: float, gamma: flo
       phase applies (its cost does not grow with the conditioning), else once plain SDCA,
       after :data:`ACCEL_MIN_EPOCHS` epochs, is predicted by its last two certificates to
       need :data:`ACCEL_PREDICTED_FACTOR` times more epochs again than it has run;
-    * below it, a nonsmooth hinge with dense Newton: once plain SDCA
-      (sublinear on a nonsmooth loss however well conditioned) is predicted to need more
-      epochs than a Newton continuation costs (:func:`~topkbench.solvers.newton.
-      newton_cost_epochs`).
+    * below it, with dense Newton: once plain SDCA (sublinear on a nonsmooth loss however
+      well conditioned), after :data:`PREDICTED_MIN_EPOCHS` epochs, is predicted to need more
+      epochs than the Newton phase costs (:func:`~topkbench.solvers.newton.
+      newton_cost_epochs`: a continuation for a nonsmooth hinge, a few iterations for a
+      smooth loss).
     """
     if accelerate == "never" or run.n == 0:
         return False
@@ -104,10 +108,10 @@ def hand_over(run: Run, prob: SDCAProblem, accelerate: str, C: float, gamma: flo
     if accelerate in ("catalyst", "newton"):
         return cond > 1.0
     if cond < ACCEL_MIN_CONDITION:
-        watched = _nonsmooth_rule(_second_order_of(prob), prob.loss_id, gamma, run.eps)
-        if not watched or run.epochs < NONSMOOTH_MIN_EPOCHS:
+        watched = _predicted_rule(_second_order_of(prob), run.eps)
+        if not watched or run.epochs < PREDICTED_MIN_EPOCHS:
             return False
-        return predicted_epochs(run) > newton_cost_epochs(prob)
+        return predicted_epochs(run) > newton_cost_epochs(prob, _smooth(prob.loss_id, gamma))
     if _second_order_of(prob) is not None:
         return True
     if run.epochs < ACCEL_MIN_EPOCHS:
@@ -139,13 +143,13 @@ def plan(kind: str, d: int, m: int, loss_id: int, gamma: float, accelerate: str 
         return tuple(phases)
     second = None if accelerate == "catalyst" else second_order(kind, d, m, loss_id)
     forced = accelerate in ("catalyst", "newton")
-    smooth = loss_smoothness(loss_id, gamma) > 0.0
+    smooth = _smooth(loss_id, gamma)
     if second is not None:
         rule = ("at the first certificate, C R^2 / mu > 1" if forced else
                 f"at the first certificate once C R^2 / mu >= {ACCEL_MIN_CONDITION:g}")  # fmt: skip
-        if not forced and _nonsmooth_rule(second, loss_id, gamma, eps):
-            rule += ("; below it, once plain SDCA's predicted epochs exceed a Newton "
-                     "continuation's cost")  # fmt: skip
+        if not forced and _predicted_rule(second, eps):
+            rule += ("; below it, once plain SDCA's predicted epochs exceed the Newton "
+                     "phase's cost")  # fmt: skip
         if not smooth:
             rule += ("; smoothing continuation gamma = 1, then smaller down to 0.1, then "
                      "proximal centres")  # fmt: skip
