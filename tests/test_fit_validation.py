@@ -422,6 +422,8 @@ def test_ent_tr_init_is_the_start_point():
     assert not np.allclose(other.W, default.W)  # a different start, a different local optimum
     with pytest.raises(ConfigError, match="init= is for topk_ent_tr"):
         topkbench.fit(X, y, "lr_multi", C=1.0, init=lr)
+    with pytest.raises(ConfigError, match="init= is for topk_ent_tr"):  # not ignored by FW
+        topkbench.fit(X, y, "wtopk_svm", C=1.0, k=2, fw="standard", init=lr)
 
 
 @pytest.mark.parametrize("seed", [-1, 1.5, "3", True])

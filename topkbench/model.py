@@ -284,82 +284,10 @@ def fit(
         the selected LR^Multi solution); without it, LR^Multi is first solved at the same C.
     """
     spec = get_method(method)
-    gram = None
-    if K is not None:
-        if X is not None or kernel not in (None, "precomputed"):
-            raise ConfigError("pass either X (with an optional kernel=) or K=, not both")
-        kernel = "precomputed"
-        gram = check_gram(K) if check_kernel else np.ascontiguousarray(K, dtype=np.float64)
-        n_rows = gram.shape[0]
-    else:
-        if X is None:
-            raise InputError("fit needs features X or a Gram matrix K=")
-        X = check_features(X)
-        if X.dtype == np.float32 and (spec.solver != "sdca" or kernel == "rbf" or fw):
-            X = X.astype(np.float64)  # float32 is an SDCA (linear) option
-        n_rows = X.shape[0]
-        if kernel not in (None, "linear", "rbf"):
-            raise ConfigError(f"kernel must be 'linear' or 'rbf'; got {kernel!r}")
-        if kernel == "rbf":
-            if theta is None:
-                raise ConfigError("kernel='rbf' needs theta > 0 (K = exp(-theta |x-z|^2))")
-            theta = check_positive("theta", theta)
-            from topkbench.gram import rbf_kernel
-
-            gram = rbf_kernel(X, theta=theta)
-        else:
-            if theta is not None:
-                raise ConfigError(
-                    f"theta= is the RBF kernel's width; it does not apply to kernel={kernel!r} "
-                    "(give kernel='rbf' with it, or leave it out)"
-                )
-            kernel = None
-    if "fw" not in spec.params and fw is not None:
-        raise ConfigError(f"fw= is an option of wtopk_svm, not of {spec.name}")
-    if gram is not None and spec.solver != "sdca":
-        raise ConfigError(f"method {spec.name} ({spec.solver}) has no kernel mode")
-    keep = None
-    classes = None
-    if spec.task == "multilabel":
-        y, m = check_multilabel(Y, n_rows, n_classes)
-        sizes = np.diff(y.indptr)
-        keep = (sizes > 0) & (sizes < m)
-        excluded = int(n_rows - keep.sum())
-        if excluded == n_rows:
-            raise InputError(
-                f"every one of the {n_rows} training examples has an empty or complete label "
-                "set; a multilabel ranking loss needs at least one with 0 < |Y| < m"
-            )
-        if excluded:
-            logger.log(
-                logging.INFO if warn else logging.DEBUG,
-                "%s: %d of %d training examples have an empty or complete label set and are "
-                "left out of training (no ranking constraint)",
-                spec.name, excluded, n_rows,
-            )  # fmt: skip
-        else:
-            keep = None
-    else:
-        if sp.issparse(Y) or np.ndim(Y) == 2:
-            raise InputError(
-                f"method {spec.name} is multiclass and needs 1-D labels (one class index per "
-                "example); for multilabel targets use svm_ml or lr_ml (or a primary-label column)"
-            )
-        y, m, classes = class_indices(Y, n_rows, n_classes)
-    codes = None if spec.task == "multilabel" else y
-    ex_w = example_weights(sample_weight, class_weight, codes, m, classes, n_rows)
-    if ex_w is not None and np.all(ex_w == 1.0):
-        ex_w = None  # the unweighted problem, on the unweighted code path
-    if ex_w is not None:
-        if fw is not None:
-            raise ConfigError(
-                f"sample_weight and class_weight are not available with fw={fw}: the "
-                "Frank-Wolfe solver has no weighted form (the default SDCA solver has)"
-            )
-        if np.any(ex_w == 0.0):
-            keep = (ex_w > 0.0) if keep is None else keep & (ex_w > 0.0)
-            if not keep.any():
-                raise InputError("every example with a label set to rank has weight 0")
+    X, gram, kernel, theta = _fit_inputs(spec, X, K, kernel, theta, fw, check_kernel)
+    n_rows = gram.shape[0] if gram is not None else X.shape[0]
+    y, m, classes, keep = _fit_targets(spec, Y, n_rows, n_classes, warn)
+    ex_w, keep = _fit_weights(spec, sample_weight, class_weight, y, m, classes, keep, fw)
     _check_memory(X if gram is None else None, n_rows, m)
     C = check_positive("C", C)
     gamma, k = check_method_params(spec, gamma, k, m)
@@ -378,6 +306,8 @@ def fit(
         rho = weight_vector(weights, k, m)
     elif not isinstance(weights, str) or weights != "flat":
         raise ConfigError(f"weights= is an option of wtopk_svm, not of {spec.name}")
+    if init is not None and spec.solver != "lbfgs":
+        raise ConfigError(f"init= is for topk_ent_tr; {spec.name} takes warm_start=")
     if fw is not None:
         model = _fit_frank_wolfe(
             gram if gram is not None else X, y, m, spec.name, gram=gram is not None, C=C, k=k,
@@ -385,67 +315,143 @@ def fit(
             time_limit=time_limit, warm_start=warm_start, warn=warn, kernel=kernel,
             theta=theta, X=X,
         )  # fmt: skip
-        model.classes = classes
-        return model
-    if init is not None and spec.solver != "lbfgs":
-        raise ConfigError(f"init= is for topk_ent_tr; {spec.name} takes warm_start=")
-    if spec.solver == "lbfgs":
+    elif spec.solver == "lbfgs":
         model = _fit_ent_tr(
             X, y, m, spec.name, C=C, k=k, eps=eps, max_epochs=max_epochs, seed=seed,
             time_limit=time_limit, eval_every=eval_every, warm_start=warm_start, init=init,
             warn=warn, solver=solver, weights=ex_w,
         )  # fmt: skip
-        model.classes = classes
-        return model
-    A0 = _warm_dual(warm_start, spec.name, (n_rows, m), C, ex_w, k=k, rank_weights=rho)
-    all_w = ex_w  # every row's weight (the model keeps it; ex_w follows the kept rows)
-    feats = gram if gram is not None else X
+    else:
+        A0 = _warm_dual(warm_start, spec.name, (n_rows, m), C, ex_w, k=k, rank_weights=rho)
+        res, A, info = _solve_kept_rows(
+            gram if gram is not None else X, y, keep, ex_w, A0, gram=gram is not None,
+            n_classes=m, loss_id=spec.loss_id, C=C, gamma=gamma, k=k, eps=eps,
+            max_epochs=max_epochs, time_limit=time_limit, eval_every=eval_every, seed=seed,
+            warn=warn, accelerate=accelerate, rho=rho,
+            **_warm_primal(warm_start, spec.name, gram is None),
+        )  # fmt: skip
+        params = {"C": C, "k": k, "gamma": gamma, "eps": eps, "seed": seed}
+        if rho is not None:
+            params["weights"] = weights if isinstance(weights, str) else [float(v) for v in rho]
+            info["rho"] = [float(v) for v in rho]
+        model = Model.from_result(res, method=spec.name, params=params, epochs=res.epochs,
+                                  kernel=kernel, theta=theta, X=X, info=info, A=A)  # fmt: skip
+        model.sample_weight = ex_w
+    model.classes = classes
+    return model
+
+
+def _fit_inputs(spec, X, K, kernel, theta, fw, check_kernel):
+    """The training inputs of :func:`fit`, checked: ``(X, gram, kernel, theta)`` with ``gram``
+    the precomputed or RBF Gram matrix (None for a linear model) and ``kernel`` None,
+    ``"precomputed"`` or ``"rbf"``."""
+    if "fw" not in spec.params and fw is not None:
+        raise ConfigError(f"fw= is an option of wtopk_svm, not of {spec.name}")
+    if K is not None:
+        if X is not None or kernel not in (None, "precomputed"):
+            raise ConfigError("pass either X (with an optional kernel=) or K=, not both")
+        if spec.solver != "sdca":
+            raise ConfigError(f"method {spec.name} ({spec.solver}) has no kernel mode")
+        gram = check_gram(K) if check_kernel else np.ascontiguousarray(K, dtype=np.float64)
+        return None, gram, "precomputed", theta
+    if X is None:
+        raise InputError("fit needs features X or a Gram matrix K=")
+    X = check_features(X)
+    if X.dtype == np.float32 and (spec.solver != "sdca" or kernel == "rbf" or fw):
+        X = X.astype(np.float64)  # float32 is an SDCA (linear) option
+    if kernel not in (None, "linear", "rbf"):
+        raise ConfigError(f"kernel must be 'linear' or 'rbf'; got {kernel!r}")
+    if kernel != "rbf":
+        if theta is not None:
+            raise ConfigError(
+                f"theta= is the RBF kernel's width; it does not apply to kernel={kernel!r} "
+                "(give kernel='rbf' with it, or leave it out)"
+            )
+        return X, None, None, None
+    if theta is None:
+        raise ConfigError("kernel='rbf' needs theta > 0 (K = exp(-theta |x-z|^2))")
+    theta = check_positive("theta", theta)
+    if spec.solver != "sdca":
+        raise ConfigError(f"method {spec.name} ({spec.solver}) has no kernel mode")
+    from topkbench.gram import rbf_kernel
+
+    return X, rbf_kernel(X, theta=theta), "rbf", theta
+
+
+def _fit_targets(spec, Y, n_rows: int, n_classes, warn: bool):
+    """The targets of :func:`fit`, checked: ``(y, m, classes, keep)``, ``y`` the class indices
+    (multiclass, with ``classes`` their labels) or the label sets as a CSR indicator
+    (multilabel), and ``keep`` the rows to train on (None: all; multilabel examples whose
+    label set is empty or complete carry no ranking constraint, TPAMI §3.3)."""
+    if spec.task != "multilabel":
+        if sp.issparse(Y) or np.ndim(Y) == 2:
+            raise InputError(
+                f"method {spec.name} is multiclass and needs 1-D labels (one class index per "
+                "example); for multilabel targets use svm_ml or lr_ml (or a primary-label column)"
+            )
+        y, m, classes = class_indices(Y, n_rows, n_classes)
+        return y, m, classes, None
+    y, m = check_multilabel(Y, n_rows, n_classes)
+    sizes = np.diff(y.indptr)
+    keep = (sizes > 0) & (sizes < m)
+    excluded = int(n_rows - keep.sum())
+    if excluded == n_rows:
+        raise InputError(
+            f"every one of the {n_rows} training examples has an empty or complete label "
+            "set; a multilabel ranking loss needs at least one with 0 < |Y| < m"
+        )
+    if not excluded:
+        return y, m, None, None
+    logger.log(
+        logging.INFO if warn else logging.DEBUG,
+        "%s: %d of %d training examples have an empty or complete label set and are "
+        "left out of training (no ranking constraint)",
+        spec.name, excluded, n_rows,
+    )  # fmt: skip
+    return y, m, None, keep
+
+
+def _fit_weights(spec, sample_weight, class_weight, y, m: int, classes, keep, fw):
+    """The examples' weights ``w_i`` (None: all 1) and the rows to train on, those of weight
+    0 left out as well."""
+    n_rows = y.shape[0]
+    codes = None if spec.task == "multilabel" else y
+    ex_w = example_weights(sample_weight, class_weight, codes, m, classes, n_rows)
+    if ex_w is None or np.all(ex_w == 1.0):
+        return None, keep  # the unweighted problem, on the unweighted code path
+    if fw is not None:
+        raise ConfigError(
+            f"sample_weight and class_weight are not available with fw={fw}: the "
+            "Frank-Wolfe solver has no weighted form (the default SDCA solver has)"
+        )
+    if np.any(ex_w == 0.0):
+        keep = (ex_w > 0.0) if keep is None else keep & (ex_w > 0.0)
+        if not keep.any():
+            raise InputError("every example with a label set to rank has weight 0")
+    return ex_w, keep
+
+
+def _solve_kept_rows(F, y, keep, weights, A0, *, gram: bool, **solver):
+    """:func:`~topkbench.solvers.sdca.solve_sdca` on the rows ``keep`` (all when None) of
+    the features or Gram matrix ``F``, from the dual ``A0`` (a fresh array, which the solver
+    may take over); returns ``(result, A, info)`` with the dual widened to every row (0 on
+    the rows left out) and the count of those in ``info``."""
+    n_rows = F.shape[0]
     if keep is not None:
         rows = np.flatnonzero(keep)
-        feats = feats[rows][:, rows] if gram is not None else feats[rows]
+        F = F[rows][:, rows] if gram else F[rows]
         y = y[rows]
         A0 = None if A0 is None else A0[rows]
-        ex_w = None if ex_w is None else ex_w[rows]
-    res = solve_sdca(
-        feats,
-        y,
-        gram=gram is not None,
-        n_classes=m,
-        loss_id=spec.loss_id,
-        C=C,
-        gamma=gamma,
-        k=k,
-        eps=eps,
-        max_epochs=max_epochs,
-        time_limit=time_limit,
-        eval_every=eval_every,
-        seed=seed,
-        A0=A0,
-        take_A0=True,  # a fresh array from _warm_dual (rescaled, or rows of it)
-        warn=warn,
-        accelerate=accelerate,
-        sample_weight=ex_w,
-        rho=rho,
-        **_warm_primal(warm_start, spec.name, gram is None),
-    )
-    A = res.A
-    info: dict[str, Any] = dict(res.info)
+        weights = None if weights is None else weights[rows]
+    res = solve_sdca(F, y, gram=gram, A0=A0, take_A0=True, sample_weight=weights, **solver)
+    A, info = res.A, dict(res.info)
     if keep is not None:
-        A = np.zeros((n_rows, m))
+        A = np.zeros((n_rows, res.A.shape[1]))
         A[keep] = res.A
         info["excluded_examples"] = int(n_rows - keep.sum())
-    if ex_w is not None:
+    if weights is not None:
         info["weighted"] = True
-
-    params = {"C": C, "k": k, "gamma": gamma, "eps": eps, "seed": seed}
-    if rho is not None:
-        params["weights"] = weights if isinstance(weights, str) else [float(v) for v in rho]
-        info["rho"] = [float(v) for v in rho]
-    model = Model.from_result(res, method=spec.name, params=params, epochs=res.epochs,
-                              kernel=kernel, theta=theta, X=X, info=info, A=A)  # fmt: skip
-    model.classes = classes
-    model.sample_weight = all_w
-    return model
+    return res, A, info
 
 
 def _warm_dual(warm_start, method: str, shape: tuple[int, int], C: float, weights=None, *,
