@@ -390,14 +390,18 @@ def test_warm_start_hands_newton_the_previous_primal():
 @pytest.mark.parametrize("method,gamma,k", [("topk_svm_beta", 0.5, 2), ("topk_svm_alpha", 0.3, 3),
                                             ("topk_svm_alpha_pseudo", 0.5, 2),
                                             ("svm_multi", 0.05, 1)])  # fmt: skip
-@pytest.mark.parametrize("blas_min_work", [0, 10**9])
+@pytest.mark.parametrize("blas_min_work,dense_pair_slowdown", [(0, 0.0), (10**9, 1e9)])
 def test_support_hessians_equal_the_dense_ones(problem_factory, monkeypatch, method, gamma, k,
-                                               blas_min_work):  # fmt: skip
+                                               blas_min_work, dense_pair_slowdown):  # fmt: skip
     """The hinges' Hessians on their gradient's support (the compiled differences along the
     support only, or the analytic structured form) equal the dense per-example matrices, and
     the assembly from the supports, each class pair's block by the BLAS or by the compiled
-    loops, equals the class-pair products."""
+    loops, equals the one from the dense matrices, by class-pair products or by one product
+    of the rows' vech(x x^T)."""
+    import topkbench.solvers.newton as newton
+
     monkeypatch.setattr(hessian_kernels, "BLAS_MIN_WORK", blas_min_work)
+    monkeypatch.setattr(newton, "DENSE_PAIR_SLOWDOWN", dense_pair_slowdown)
     X, y = problem_factory(n=40, d=3, m=6, seed=17)
     prob = SDCAProblem(ill_conditioned(X), y, gram=False, n_classes=6,
                        loss_id=get_method(method).loss_id, k=k)  # fmt: skip

@@ -171,6 +171,9 @@ RADIUS_TOL = 1e-12
 # ~1): large enough for rounding (~1e-16 / step); a difference across a kink mixes two pieces,
 # which the stall rule of solve_newton catches
 FD_STEP = 1e-6
+# how much dearer per flop a product per class pair runs (d x d outputs) than one product
+# over all pairs (:func:`_add_vech_blocks`), for dense per-example Hessians
+DENSE_PAIR_SLOWDOWN = 3.0
 # rows per block when forming the Hessian (a block's per-example Hessians: rows x m^2 doubles)
 HESSIAN_ENTRIES = 1 << 23
 ARMIJO = 1e-4
@@ -620,7 +623,9 @@ def _hessian(X, deriv: _Derivatives, C: float, m: int, weights=None) -> np.ndarr
     diag(h_c) X`` over the rows where ``h_ic != 0``, and each rank-one term ``u_i u_i^T (x)
     x_i x_i^T = z_i z_i^T`` with ``z_i = u_i (x) x_i`` gives one symmetric product ``Z^T Z``
     over the rows where ``u_i != 0`` (for the hinges, the examples with a nonzero gradient).
-    Dense ``H_i`` (finite differences) go block by block over the class pairs."""
+    Dense ``H_i`` (finite differences, top-k Ent) give every class pair's block at once, from
+    the rows' ``vech(x_i x_i^T)`` (:func:`_add_vech_blocks`), or, when most of their entries
+    are 0, block by block over the class pairs' nonzero rows."""
     n, d = X.shape
     H = np.zeros((m * d, m * d))
     rows = max(1, HESSIAN_ENTRIES // (m * m + m * d))
@@ -655,21 +660,49 @@ def _hessian(X, deriv: _Derivatives, C: float, m: int, weights=None) -> np.ndarr
                         H -= Z.T @ Z
             continue
         Hb = np.ascontiguousarray(np.moveaxis(curv.dense, 0, -1))  # the example axis last
-        for c in range(m):
-            for c2 in range(c, m):
-                w = Hb[c, c2]
-                nz = np.flatnonzero(w)
-                if nz.size == 0:
-                    continue
-                Xn = Xb if 2 * nz.size > w.size else Xb[nz]
-                wn = w if 2 * nz.size > w.size else w[nz]
-                block = Xn.T @ (wn[:, None] * Xn)
-                H[c * d : (c + 1) * d, c2 * d : (c2 + 1) * d] += block
-                if c2 != c:
-                    H[c2 * d : (c2 + 1) * d, c * d : (c + 1) * d] += block.T
+        pc, pc2 = np.triu_indices(m)
+        nnz = np.count_nonzero(Hb[pc, pc2], axis=1)
+        # one product over all pairs, d (d + 1) / 2 x m (m + 1) / 2 multiply-adds per row,
+        # against a product per pair over its nonzero rows, several times dearer per flop
+        if (d + 1) * pc.size < DENSE_PAIR_SLOWDOWN * 2 * d * float(nnz.sum()) / (b - a):
+            _add_vech_blocks(H, Xb, curv.dense, d, m)
+            continue
+        for c, c2 in zip(pc, pc2, strict=True):
+            w = Hb[c, c2]
+            nz = np.flatnonzero(w)
+            if nz.size == 0:
+                continue
+            Xn = Xb if 2 * nz.size > w.size else Xb[nz]
+            wn = w if 2 * nz.size > w.size else w[nz]
+            block = Xn.T @ (wn[:, None] * Xn)
+            H[c * d : (c + 1) * d, c2 * d : (c2 + 1) * d] += block
+            if c2 != c:
+                H[c2 * d : (c2 + 1) * d, c * d : (c + 1) * d] += block.T
     H *= C
     H[np.diag_indices_from(H)] += 1.0
     return H
+
+
+def _add_vech_blocks(H, Xb, dense, d: int, m: int) -> None:
+    """Add ``sum_i dense_i (x) x_i x_i^T`` to ``H`` (class-major) by one product: the rows'
+    ``vech(x_i x_i^T)`` against the upper triangles of the ``dense_i``, which gives every
+    class pair's block at once (a product per pair has ``d x d`` outputs, too small for the
+    BLAS to run at speed when d is small)."""
+    j, j2 = np.triu_indices(d)
+    pc, pc2 = np.triu_indices(m)
+    per_pair = dense[:, pc, pc2]
+    B = np.zeros((j.size, pc.size))
+    step = max(1, HESSIAN_ENTRIES // j.size)
+    for a in range(0, Xb.shape[0], step):
+        Xa = Xb[a : a + step]
+        B += (Xa[:, j] * Xa[:, j2]).T @ per_pair[a : a + step]
+    blocks = np.empty((pc.size, d, d))
+    blocks[:, j, j2] = B.T
+    blocks[:, j2, j] = B.T
+    H4 = H.reshape(m, d, m, d)  # H4[c, :, c2, :] is the block (c, c2)
+    H4[pc, :, pc2, :] += blocks
+    off = pc != pc2
+    H4[pc2[off], :, pc[off], :] += blocks[off]
 
 
 def _line_search(prob: SDCAProblem, deriv: _Derivatives, W, S, D, SD, C: float, gamma: float,
