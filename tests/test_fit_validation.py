@@ -342,6 +342,25 @@ def test_warm_start_must_match_method_and_data(data):
         topkbench.fit(X, y, "lr_multi", warm_start=svm)
     with pytest.raises(ConfigError, match="shape"):
         topkbench.fit(X[:10], y[:10], "svm_multi", warm_start=svm)
+    state = svm.warm_state()
+    with pytest.raises(ConfigError, match="primal W has shape"):
+        topkbench.fit(X, y, "svm_multi", warm_start=state._replace(W=state.W[:-1]))
+    with pytest.raises(ConfigError, match="pair"):
+        topkbench.fit(X, y, "svm_multi", warm_start=(1.0, svm.A, svm.W))
+
+
+def test_a_warm_state_continues_as_its_model_does():
+    """What a checkpoint holds (Model.warm_state) warm-starts a fit exactly as the model
+    itself: the same iterates for a Newton continuation and for Ent_tr, whose inner
+    LR^Multi fit (here in its Newton phase) takes the dual only."""
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((80, 4)) * 5.0, np.arange(80) % 4
+    for method, kw in (("svm_multi", {}), ("topk_ent_tr", {"k": 2})):
+        prev = topkbench.fit(X, y, method, C=5.0, eps=1e-6, warn=False, **kw)
+        a = topkbench.fit(X, y, method, C=50.0, eps=1e-6, warm_start=prev, warn=False, **kw)
+        b = topkbench.fit(X, y, method, C=50.0, eps=1e-6, warm_start=prev.warm_state(),
+                          warn=False, **kw)  # fmt: skip
+        np.testing.assert_array_equal(a.W, b.W)
 
 
 @pytest.mark.parametrize("method", ["svm_multi", "lr_multi", "svm_ova", "lr_ova"])

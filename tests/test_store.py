@@ -184,6 +184,11 @@ def test_checkpoint_round_trip_and_older_dual_only_files(tmp_path):
     ref = CheckpointRef(4.0, str(old), hashlib.sha256(buf.getvalue()).hexdigest())
     C, A, W, gamma = read_checkpoint(ref)
     assert C == 4.0 and np.array_equal(A, warm.A) and W is None and gamma is None
+    # a key that an older store wrote as .npy: rewriting it leaves no stale file behind
+    stale = store.warm / "k.npy"
+    stale.write_bytes(buf.getvalue())
+    store.save_warm("k", warm)
+    assert not stale.exists() and store.load_warm("k").gamma_start == warm.gamma_start
 
 
 def test_corrupt_checkpoint_is_ignored_and_logged(tmp_path, caplog):

@@ -323,12 +323,13 @@ def fit(
         )  # fmt: skip
     else:
         A0 = _warm_dual(warm_start, spec.name, (n_rows, m), C, ex_w, k=k, rank_weights=rho)
+        W_shape = None if X is None else (X.shape[1], m)
         res, A, info = _solve_kept_rows(
             gram if gram is not None else X, y, keep, ex_w, A0, gram=gram is not None,
             n_classes=m, loss_id=spec.loss_id, C=C, gamma=gamma, k=k, eps=eps,
             max_epochs=max_epochs, time_limit=time_limit, eval_every=eval_every, seed=seed,
             warn=warn, accelerate=accelerate, rho=rho,
-            **_warm_primal(warm_start, spec.name, gram is None),
+            **_warm_primal(warm_start, spec.name, None if gram is not None else W_shape),
         )  # fmt: skip
         params = {"C": C, "k": k, "gamma": gamma, "eps": eps, "seed": seed}
         if rho is not None:
@@ -483,8 +484,15 @@ def _warm_dual(warm_start, method: str, shape: tuple[int, int], C: float, weight
         ):
             raise ConfigError("warm_start was fit with other rank weights (another dual domain)")
         C_old, A_old, w_old = warm_start.params["C"], warm_start.A, warm_start.sample_weight
-    else:
+    elif isinstance(warm_start, WarmStart) or (
+        isinstance(warm_start, tuple | list) and len(warm_start) == 2
+    ):
         C_old, A_old, w_old = warm_start[0], np.asarray(warm_start[1]), weights
+    else:
+        raise ConfigError(
+            "warm_start must be a Model, its warm_state() or a pair (C_old, A_old); got "
+            f"{type(warm_start).__name__}"
+        )
     if A_old.shape != shape:
         raise ConfigError(
             f"warm_start dual has shape {A_old.shape}; expected {shape} (same training data)"
@@ -495,17 +503,23 @@ def _warm_dual(warm_start, method: str, shape: tuple[int, int], C: float, weight
     return A_old * ratio[:, None]
 
 
-def _warm_primal(warm_start, method: str, linear: bool) -> dict[str, Any]:
+def _warm_primal(warm_start, method: str, shape: tuple[int, int] | None) -> dict[str, Any]:
     """What a second-order phase may start from besides the warm dual: the warm point's own
     primal ``W_start`` (near the optimum on a C path, where the rescaled dual's ``X^T A`` is
     not) and the last smoothing of its continuation ``gamma_start`` (a model's
-    :meth:`~Model.warm_state`, or a :class:`WarmStart`)."""
+    :meth:`~Model.warm_state`, or a :class:`WarmStart`), for a linear fit whose ``W`` has
+    ``shape`` (None: a kernel fit, which takes neither)."""
     if isinstance(warm_start, Model):
         warm_start = warm_start.warm_state() if warm_start.method == method else None
-    if not (linear and isinstance(warm_start, WarmStart)):
+    if shape is None or not isinstance(warm_start, WarmStart):
         return {}
     out: dict[str, Any] = {}
     if warm_start.W is not None:
+        if np.shape(warm_start.W) != shape:
+            raise ConfigError(
+                f"warm_start primal W has shape {np.shape(warm_start.W)}; expected {shape} "
+                "(same features and classes)"
+            )
         out["W_start"] = warm_start.W
     if warm_start.gamma_start is not None:
         out["gamma_start"] = float(warm_start.gamma_start)
@@ -608,6 +622,9 @@ def _fit_ent_tr(X, y, m, name, *, C, k, eps, max_epochs, seed, time_limit, eval_
                 f"warm_start is a {warm_start.method} model; expected {name} or lr_multi"
             )
         lr_warm = (warm_start.params["C"], warm_start.A)
+    elif warm_start is not None:
+        # the dual only: an Ent_tr model's W (in a WarmStart) is no LR^Multi primal point
+        lr_warm = (warm_start[0], warm_start[1])
     start = fit(
         X, y, "lr_multi", C=C, eps=eps, max_epochs=max_epochs, seed=seed,
         time_limit=time_limit, eval_every=eval_every, n_classes=m, warm_start=lr_warm,

@@ -687,3 +687,34 @@ def test_stage_loss_about_a_centre_is_the_proximal_smoothing(method):
         np.testing.assert_allclose(G[i], u.value, atol=1e-6)
     # the stage's loss sum, L_gamma at the shifted scores minus gamma/2 ||P V||^2
     assert shifted_loss - gamma / 2 * float(np.vdot(V, V)) == pytest.approx(total, abs=1e-6)
+
+
+@pytest.mark.parametrize("method,k", [("svm_multi", 1), ("svm_ova", 1), ("topk_svm_alpha", 3),
+                                      ("topk_svm_alpha_pseudo", 2), ("topk_svm_beta", 2),
+                                      ("wtopk_svm", 3), ("svm_ml", 1)])  # fmt: skip
+def test_centre_at_a_subgradient_leaves_the_loss_unsmoothed(method, k):
+    """For every hinge the continuation smooths: with the centre v a maximizer of <u, s> -
+    L*(u) (a gamma = 0 gradient), the proximal smoothing max_u <u, s> - L*(u) - gamma/2
+    ||P (u - v)||^2 equals L(s), which the stage's formula L_gamma(s + gamma P v) - gamma/2
+    ||P v||^2 must reproduce: it does only with the coordinates P the loss's own smoothing
+    regularizes."""
+    rng = np.random.default_rng(21)
+    n, m, gamma = 30, 6, 0.3
+    if method == "svm_ml":
+        Y = (rng.random((n, m)) < 0.4).astype(float)
+        Y[:, 0], Y[:, 1] = 1.0, 0.0
+        y = sp.csr_matrix(Y)
+    else:
+        y = rng.integers(0, m, n)
+    rho = np.full(k, 1.0 / k) if method == "wtopk_svm" else None
+    prob = SDCAProblem(rng.standard_normal((n, 3)), y, gram=False, n_classes=m,
+                       loss_id=get_method(method).loss_id, k=k, rho=rho)  # fmt: skip
+    S = rng.standard_normal((n, m)) * 2.0
+    # a maximizer (to 1e-9) of the unsmoothed problem: the smoothed gradient at gamma = 1e-9
+    V = _smoothing_centre(prob, _Derivatives(prob).gradient(S, 1e-9))
+
+    def loss_sum(T, g):
+        return prob.values(np.ascontiguousarray(T), np.zeros((n, m)), 0.0, 1.0, g)[0] * n
+
+    stage = loss_sum(S + gamma * V, gamma) - gamma / 2 * float(np.vdot(V, V))
+    assert stage == pytest.approx(loss_sum(S, 0.0), abs=1e-6)

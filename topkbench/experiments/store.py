@@ -302,6 +302,13 @@ class RecordStore:
             )
             for ck in cks:
                 conn.execute("INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?, ?)", ck)
+        self._drop_older_checkpoint_files(cks)
+
+    def _drop_older_checkpoint_files(self, cks) -> None:
+        """Remove the dual-only ``.npy`` file an older store kept under a key whose
+        checkpoint row now names the ``.npz`` (after the commit: until then the row named it)."""
+        for key, *_ in cks:
+            (self.warm / f"{key}.npy").unlink(missing_ok=True)
 
     @contextlib.contextmanager
     def _transaction(self, conn: sqlite3.Connection):
@@ -356,6 +363,7 @@ class RecordStore:
         conn = self._connect(create=True)
         with self._transaction(conn):
             conn.execute("INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?, ?)", ck)
+        self._drop_older_checkpoint_files([ck])
 
     @_store_errors
     def checkpoint_ref(self, key: str) -> CheckpointRef | None:

@@ -183,6 +183,9 @@ MIN_RELATIVE_STEP = 1e-15
 # its centre instead (the proximal point method on the dual): smaller would make each stage's
 # piecewise-quadratic problem take more damped Newton steps than it saves stages ...
 PROX_MIN_GAMMA = 0.1
+# the hinges whose smoothing regularizes every class's dual coordinate (the others: all but
+# the label's; :func:`_smoothing_centre`)
+SMOOTHED_ON_ALL_CLASSES = (ids.LOSS_SVM_ML, ids.LOSS_SVM_OVA, ids.LOSS_WTOPK_SVM)
 # ... as long as each stage ends with the gamma = 0 gap below this fraction of the last
 # stage's; where the proximal steps make less progress than that, gamma decreases further
 PROX_MIN_DECREASE = 0.5
@@ -692,7 +695,7 @@ def _add_vech_blocks(H, Xb, dense, d: int, m: int) -> None:
     pc, pc2 = np.triu_indices(m)
     per_pair = dense[:, pc, pc2]
     B = np.zeros((j.size, pc.size))
-    step = max(1, HESSIAN_ENTRIES // j.size)
+    step = max(1, HESSIAN_ENTRIES // (8 * j.size))  # rows of vech products per chunk (8 MB)
     for a in range(0, Xb.shape[0], step):
         Xa = Xb[a : a + step]
         B += (Xa[:, j] * Xa[:, j2]).T @ per_pair[a : a + step]
@@ -907,10 +910,12 @@ def _newton_step(H, grad):
 def _smoothing_centre(prob: SDCAProblem, V) -> np.ndarray:
     """A dual block ``V`` (loss units, n x m) as a continuation stage's centre: its
     coordinates that the smoothing regularizes (``P V``), the label's zeroed for the
-    multiclass hinges, whose smoothing acts on the other classes only (TPAMI Prop. 2; all
-    of them for SVM^ML and SVM^OVA, Props. 6 and 10)."""
+    multiclass hinges of TPAMI Prop. 2, whose smoothing acts on the other classes only; all
+    of them for SVM^ML and SVM^OVA (Props. 6 and 10) and for Kato's weighted top-k hinge
+    (its smoothing ``gamma/2 (||x||^2 + <1, x>^2)`` on the off-label block is ``gamma/2
+    ||v||^2`` over all m coordinates, the label's being ``-<1, x>``)."""
     V = np.array(V, dtype=np.float64)
-    if prob.loss_id not in (ids.LOSS_SVM_ML, ids.LOSS_SVM_OVA):
+    if prob.loss_id not in SMOOTHED_ON_ALL_CLASSES:
         V[np.arange(prob.n), prob.y[1]] = 0.0
     return V
 
