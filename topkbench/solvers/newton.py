@@ -63,7 +63,8 @@ the conjugate about a centre ``V`` in the dual (loss units)::
                    = L_gamma(s + gamma P v) - gamma/2 ||P v||^2,
 
 P the coordinates the loss's own smoothing regularizes (the off-label ones for the
-multiclass hinges, TPAMI Prop. 2; all for SVM^ML and SVM^OVA, Props. 6 and 10): the stage's
+multiclass hinges, TPAMI Prop. 2; all for SVM^ML and SVM^OVA, Props. 6 and 10, and for
+Kato's weighted top-k hinge, :func:`_smoothing_centre`): the stage's
 gradient, Hessian and loss are those of ``L_gamma`` at the shifted scores
 (:func:`_smoothing_centre`).  The first centre is the starting dual; gamma starts at 1 (or
 a warm start's last) and decreases as in the accelerated solver
