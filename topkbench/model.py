@@ -323,13 +323,13 @@ def fit(
         )  # fmt: skip
     else:
         A0 = _warm_dual(warm_start, spec.name, (n_rows, m), C, ex_w, k=k, rank_weights=rho)
-        W_shape = None if X is None else (X.shape[1], m)
+        W_shape = None if gram is not None else (X.shape[1], m)
         res, A, info = _solve_kept_rows(
             gram if gram is not None else X, y, keep, ex_w, A0, gram=gram is not None,
             n_classes=m, loss_id=spec.loss_id, C=C, gamma=gamma, k=k, eps=eps,
             max_epochs=max_epochs, time_limit=time_limit, eval_every=eval_every, seed=seed,
             warn=warn, accelerate=accelerate, rho=rho,
-            **_warm_primal(warm_start, spec.name, None if gram is not None else W_shape),
+            **_warm_primal(warm_start, spec.name, W_shape),
         )  # fmt: skip
         params = {"C": C, "k": k, "gamma": gamma, "eps": eps, "seed": seed}
         if rho is not None:
@@ -348,11 +348,11 @@ def _fit_inputs(spec, X, K, kernel, theta, fw, check_kernel):
     ``"precomputed"`` or ``"rbf"``."""
     if "fw" not in spec.params and fw is not None:
         raise ConfigError(f"fw= is an option of wtopk_svm, not of {spec.name}")
+    if (K is not None or kernel == "rbf") and spec.solver != "sdca":
+        raise ConfigError(f"method {spec.name} ({spec.solver}) has no kernel mode")
     if K is not None:
         if X is not None or kernel not in (None, "precomputed"):
             raise ConfigError("pass either X (with an optional kernel=) or K=, not both")
-        if spec.solver != "sdca":
-            raise ConfigError(f"method {spec.name} ({spec.solver}) has no kernel mode")
         gram = check_gram(K) if check_kernel else np.ascontiguousarray(K, dtype=np.float64)
         return None, gram, "precomputed", theta
     if X is None:
@@ -372,8 +372,6 @@ def _fit_inputs(spec, X, K, kernel, theta, fw, check_kernel):
     if theta is None:
         raise ConfigError("kernel='rbf' needs theta > 0 (K = exp(-theta |x-z|^2))")
     theta = check_positive("theta", theta)
-    if spec.solver != "sdca":
-        raise ConfigError(f"method {spec.name} ({spec.solver}) has no kernel mode")
     from topkbench.gram import rbf_kernel
 
     return X, rbf_kernel(X, theta=theta), "rbf", theta

@@ -184,12 +184,12 @@ MIN_RELATIVE_STEP = 1e-15
 # its centre instead (the proximal point method on the dual): smaller would make each stage's
 # piecewise-quadratic problem take more damped Newton steps than it saves stages ...
 PROX_MIN_GAMMA = 0.1
-# the hinges whose smoothing regularizes every class's dual coordinate (the others: all but
-# the label's; :func:`_smoothing_centre`)
-SMOOTHED_ON_ALL_CLASSES = (ids.LOSS_SVM_ML, ids.LOSS_SVM_OVA, ids.LOSS_WTOPK_SVM)
 # ... as long as each stage ends with the gamma = 0 gap below this fraction of the last
 # stage's; where the proximal steps make less progress than that, gamma decreases further
 PROX_MIN_DECREASE = 0.5
+# the hinges whose smoothing regularizes every class's dual coordinate (the others: all but
+# the label's; :func:`_smoothing_centre`)
+SMOOTHED_ON_ALL_CLASSES = (ids.LOSS_SVM_ML, ids.LOSS_SVM_OVA, ids.LOSS_WTOPK_SVM)
 # the largest curvature C R^2 / gamma of a continuation stage: beyond it the Hessian's
 # condition number leaves float64 (and the stage's share of the gap is below any useful eps)
 MAX_CURVATURE = 1e12
@@ -663,14 +663,14 @@ def _hessian(X, deriv: _Derivatives, C: float, m: int, weights=None) -> np.ndarr
                     else:
                         H -= Z.T @ Z
             continue
-        Hb = np.ascontiguousarray(np.moveaxis(curv.dense, 0, -1))  # the example axis last
         pc, pc2 = np.triu_indices(m)
-        nnz = np.count_nonzero(Hb[pc, pc2], axis=1)
+        nnz = np.count_nonzero(curv.dense[:, pc, pc2], axis=0)
         # one product over all pairs, d (d + 1) / 2 x m (m + 1) / 2 multiply-adds per row,
         # against a product per pair over its nonzero rows, several times dearer per flop
         if (d + 1) * pc.size < DENSE_PAIR_SLOWDOWN * 2 * d * float(nnz.sum()) / (b - a):
             _add_vech_blocks(H, Xb, curv.dense, d, m)
             continue
+        Hb = np.ascontiguousarray(np.moveaxis(curv.dense, 0, -1))  # the example axis last
         for c, c2 in zip(pc, pc2, strict=True):
             w = Hb[c, c2]
             nz = np.flatnonzero(w)
@@ -735,18 +735,17 @@ def _line_search(prob: SDCAProblem, deriv: _Derivatives, W, S, D, SD, C: float, 
     view = [deriv, S, SD, Cs]  # the rows still evaluated ...
     loss0_rows = [loss0]  # ... and their loss sum at t = 0 (the others' losses are 0)
     live_rows = [None]  # ... as indices (None: all)
-    memo: dict[float, tuple[float, float]] = {}
-    grads: dict[float, tuple[np.ndarray | None, np.ndarray]] = {}
+    # step -> (loss sum of the rows in view, phi'(t), those rows, their gradient)
+    memo: dict[float, tuple[float, float, np.ndarray | None, np.ndarray]] = {}
 
-    def evaluate(t: float) -> tuple[float, float]:
-        """(the loss sum of the rows in view at step t, phi'(t))"""
+    def evaluate(t: float) -> tuple[float, float, np.ndarray | None, np.ndarray]:
         if t not in memo:
             der, S_, SD_, Cs_ = view
             S_t = S_ + t * SD_
             G_t = der.gradient(S_t, gamma)
-            grads[t] = live_rows[0], G_t
             loss_t = der.loss_sum(S_t, G_t, Cs_, gamma) if fy else math.nan
-            memo[t] = loss_t, t * dd + wd + float(np.vdot(Cs_[:, None] * G_t, SD_))
+            slope_t = t * dd + wd + float(np.vdot(Cs_[:, None] * G_t, SD_))
+            memo[t] = loss_t, slope_t, live_rows[0], G_t
             if fy and t == 1.0:
                 live = (G0 != 0.0).any(axis=1) | (G_t != 0.0).any(axis=1)
                 if not live.all():
@@ -759,9 +758,9 @@ def _line_search(prob: SDCAProblem, deriv: _Derivatives, W, S, D, SD, C: float, 
 
     def gradient_at(t: float | None):
         """The whole gradient at step t if it was evaluated (the rows out of view: 0)."""
-        if t not in grads:
+        if t not in memo:
             return None
-        rows, G_t = grads[t]
+        rows, G_t = memo[t][2:]
         if rows is None:
             return G_t
         full = np.zeros_like(S)
