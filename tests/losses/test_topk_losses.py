@@ -517,3 +517,25 @@ def test_ent_tr_kernel_matches_the_array_formula(k):
     losses, grad = ent_tr_loss_and_grad(S, y, k)
     np.testing.assert_allclose(losses, mx + np.log(Z), rtol=1e-13, atol=1e-15)
     np.testing.assert_allclose(grad, G, rtol=1e-13, atol=1e-15)
+
+
+@pytest.mark.parametrize("k", [2, 4, 9, 10])
+def test_ent_tr_remembered_classes_change_nothing(k):
+    """Rows keep their dropped classes from the last call only while those still lie strictly
+    above the rest: along a drifting sequence of scores, with exact ties planted at the
+    (k-1)-th margin and labels among the dropped, every call equals a fresh one bit for bit."""
+    rng = np.random.default_rng(10 + k)
+    n, m = 400, 10
+    y = rng.integers(0, m, n)
+    S = rng.standard_normal((n, m))
+    dropped = np.full((n, max(k - 1, 1)), -1, dtype=np.int64)
+    for step in range(12):
+        S = S + 0.3 * rng.standard_normal((n, m)) * (rng.random((n, 1)) < 0.5)
+        S[::5, : m // 2] = S[::5, :1]  # ties across the boundary of the dropped set
+        if step == 6:
+            y = rng.integers(0, m, n)  # a label among the remembered classes
+        kept, G_kept = ent_tr_loss_and_grad(S, y, k, dropped)
+        fresh, G_fresh = ent_tr_loss_and_grad(S, y, k)
+        np.testing.assert_array_equal(kept, fresh)
+        np.testing.assert_array_equal(G_kept, G_fresh)
+    assert (dropped[:, 0] >= 0).all() == (k - 1 < m)

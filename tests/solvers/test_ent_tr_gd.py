@@ -119,6 +119,7 @@ def test_weighted_objective_is_the_reference_with_weighted_losses(problem):
     rep = np.repeat(np.arange(X.shape[0]), w.astype(int))
     f_w, g_w = _objective(X, y, 2, 3.0, 4, 5, w)(W0.ravel())
     f_r, g_r = _objective(X[rep], y[rep], 2, 3.0, 4, 5)(W0.ravel())
+    g_w, g_r = g_w(), g_r()
     assert f_w == pytest.approx(f_r, rel=1e-12)
     np.testing.assert_allclose(g_w, g_r, rtol=1e-10, atol=1e-12)
     for solver in ("lbfgs", "gd"):

@@ -31,24 +31,36 @@ from topkbench.prox.vecmath import exp_shifted, vmax, vsum
 from topkbench.solvers.problem import TracePoint
 
 
-def ent_tr_loss_and_grad(S: np.ndarray, y: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+def ent_tr_loss_and_grad(
+    S: np.ndarray, y: np.ndarray, k: int, dropped: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Per-example losses (n,) and their gradients with respect to the scores (n x m).
 
     With ``a_j = f_j - f_y``, J the off-label classes but the ``k - 1`` largest ``a_j``, and
     ``mu = max(0, max_J a_j)``: ``L = mu + log(e^-mu + sum_J e^(a_j - mu))``, ``dL/df_j =
-    e^(a_j - mu) / Z`` on J, 0 on the dropped classes, and minus their sum at y."""
+    e^(a_j - mu) / Z`` on J, 0 on the dropped classes, and minus their sum at y.
+
+    ``dropped`` (n x max(k - 1, 1) int64, -1 for unknown) remembers each row's dropped classes
+    between calls on the same examples: a row whose remembered classes still lie strictly above
+    every other off-label margin keeps them without a search.  It only saves work; the result
+    is the same with or without it."""
     S = np.ascontiguousarray(S, dtype=np.float64)
-    losses = np.empty(S.shape[0])
+    n, m = S.shape
+    if dropped is None:
+        dropped = np.full((n, max(int(k) - 1, 1)), -1, dtype=np.int64)
+    losses = np.empty(n)
     G = np.empty_like(S)
-    _ent_tr_rows(S, np.ascontiguousarray(y, dtype=np.int64), int(k), losses, G)
+    _ent_tr_rows(S, np.ascontiguousarray(y, dtype=np.int64), int(k), losses, G, dropped)
     return losses, G
 
 
 @njit(cache=True)
-def _ent_tr_rows(S, y, k, losses, G):
-    """:func:`ent_tr_loss_and_grad` row by row: the ``k - 1`` largest off-label margins by
-    insertion into a short sorted list (ties keep the class seen first), then the maximum,
-    the exponentials and their sum as vector loops (:mod:`topkbench.prox.vecmath`)."""
+def _ent_tr_rows(S, y, k, losses, G, dropped):
+    """:func:`ent_tr_loss_and_grad` row by row.  The ``k - 1`` largest off-label margins are the
+    remembered ones when their smallest exceeds the largest of the rest (then no other class
+    can enter, ties included); otherwise they are found by insertion into a short sorted list
+    (ties keep the class seen first) and remembered.  Then the maximum, the exponentials and
+    their sum as vector loops (:mod:`topkbench.prox.vecmath`)."""
     n, m = S.shape
     top = np.empty(max(k - 1, 1), dtype=np.int64)
     topv = np.empty(max(k - 1, 1))
@@ -60,8 +72,29 @@ def _ent_tr_rows(S, y, k, losses, G):
         sy = S[i, yi]
         for j in range(m):
             buf[j] = S[i, j] - sy
-        nt = 0
-        if k > 1:
+        buf[yi] = -np.inf
+        known = k > 1 and k - 1 < m
+        lowest = np.inf
+        if known:
+            for p in range(k - 1):
+                j = dropped[i, p]
+                if j < 0 or j == yi:
+                    known = False
+                    break
+                lowest = min(lowest, buf[j])
+        if known:
+            for p in range(k - 1):
+                topv[p] = buf[dropped[i, p]]
+                buf[dropped[i, p]] = -np.inf
+            rest = vmax(buf, m)
+            if not lowest > rest:  # another class ties or passes: search again
+                known = False
+                for p in range(k - 1):
+                    buf[dropped[i, p]] = topv[p]
+        else:
+            rest = -np.inf
+        if k > 1 and not known:
+            nt = 0
             for j in range(m):
                 if j == yi:
                     continue
@@ -79,10 +112,12 @@ def _ent_tr_rows(S, y, k, losses, G):
                     p -= 1
                 top[p] = j
                 topv[p] = a
-        buf[yi] = -np.inf
-        for p in range(nt):
-            buf[top[p]] = -np.inf
-        mx = max(vmax(buf, m), 0.0)
+            for p in range(nt):
+                buf[top[p]] = -np.inf
+                dropped[i, p] = top[p]
+            if nt < k - 1:
+                dropped[i, 0] = -1
+        mx = max(rest if known else vmax(buf, m), 0.0)
         exp_shifted(buf, mx, m, ex, tmp)
         Z = math.exp(-mx) + vsum(ex, m)
         losses[i] = mx + math.log(Z)
@@ -114,18 +149,20 @@ class EntTrResult:
 
 
 def _objective(X, y, k: int, C: float, d: int, m: int, weights=None):
-    """``w -> (F(w), grad F(w))`` with ``F = 1/2 ||W||^2 + C sum_i w_i L_i`` (= P / lambda;
-    ``w_i`` the sample weights, 1 without)."""
+    """``w -> (F(w), grad F)`` with ``F = 1/2 ||W||^2 + C sum_i w_i L_i`` (= P / lambda;
+    ``w_i`` the sample weights, 1 without).  ``grad F`` is a function, so that a rejected
+    line-search trial skips the product with ``X^T``; the dropped classes of each row are
+    remembered from one call to the next (:func:`ent_tr_loss_and_grad`)."""
+    dropped = np.full((X.shape[0], max(int(k) - 1, 1)), -1, dtype=np.int64)
 
     def fun(w):
         W = w.reshape(d, m)
         S = np.asarray(X @ W)
-        losses, G = ent_tr_loss_and_grad(S, y, k)
+        losses, G = ent_tr_loss_and_grad(S, y, k, dropped)
         if weights is not None:
             losses, G = losses * weights, G * weights[:, None]
         f = 0.5 * float(w @ w) + C * float(losses.sum())
-        g = w + C * np.asarray(X.T @ G).ravel()
-        return f, g
+        return f, lambda: w + C * np.asarray(X.T @ G).ravel()
 
     return fun
 
@@ -156,7 +193,12 @@ def solve_ent_tr(
     start = time.perf_counter()
     trace: list[TracePoint] = []
 
-    fun = _objective(X, y, k, C, d, m, weights)
+    objective = _objective(X, y, k, C, d, m, weights)
+
+    def fun(w):
+        f, grad = objective(w)
+        return f, grad()
+
     f0, g0 = fun(W0.ravel())
     scale = max(1.0, float(np.abs(g0).max()))
     trace.append(TracePoint(0, lam * f0, np.nan, np.nan, 0.0))
@@ -230,7 +272,8 @@ def solve_ent_tr_gd(
     fun = _objective(X, y, k, C, d, m, weights)
     start = time.perf_counter()
     w = W0.ravel().copy()
-    f, g = fun(w)
+    f, grad = fun(w)
+    g = grad()
     norm = float(np.linalg.norm(g))
     trace = [TracePoint(0, lam * f, np.nan, np.nan, 0.0)]
     steps: list[float] = []
@@ -248,7 +291,7 @@ def solve_ent_tr_gd(
         decrease = GD_SUFF_DECREASE * norm
         while True:
             w_new = w - step * g
-            f_new, g_new = fun(w_new)  # the gradient is kept for an accepted step
+            f_new, grad = fun(w_new)
             if f_new <= f - step * decrease:
                 break
             step *= 0.5
@@ -257,7 +300,7 @@ def solve_ent_tr_gd(
                 break
         if status == "line_search":
             break
-        w, f, g = w_new, f_new, g_new
+        w, f, g = w_new, f_new, grad()
         norm = float(np.linalg.norm(g))
         steps.append(step)
         trace.append(TracePoint(it, lam * f, np.nan, np.nan, time.perf_counter() - start))
