@@ -123,6 +123,44 @@ def test_multilabel_reaches_cvxpy_optimum(method, gamma, sparse, phase):
     assert ml_dual_value(X, Y, model.A, method, gamma, 1.0) == pytest.approx(model.dual, rel=1e-10)
 
 
+WOODBURY_MULTICLASS = [case for case in MULTICLASS if case[0].startswith(("svm", "topk_svm"))]
+
+
+@pytest.mark.parametrize("method,k,gamma,C,sparse", WOODBURY_MULTICLASS)
+def test_woodbury_newton_reaches_cvxpy_optimum(problem_factory, monkeypatch, method, k, gamma,
+                                               C, sparse):  # fmt: skip
+    """The hinges' Newton phase through the Woodbury system (the dense limit lowered so that
+    it applies), dense and CSR, badly scaled: cvxpy's optimum, certified brackets."""
+    import topkbench.solvers.newton as newton
+
+    monkeypatch.setattr(newton, "NEWTON_MAX_DIM", 1)
+    X, y = problem_factory(n=16, d=3, m=4, seed=31, zero_rows=(0,), sparse=sparse)
+    X = ill_conditioned(X)
+    model = fit_accelerated(X, y, method, "newton", C=C, k=k, gamma=gamma)
+    if method.startswith("topk"):
+        p_ref, _ = topk_cvxpy_primal(X, y, 4, method, gamma, k, C)
+        p_at_w = topk_primal_value(X, y, model.W, method, gamma, k, C)
+    else:
+        p_ref, _ = basic_cvxpy_primal(X, y, 4, method, gamma, C)
+        p_at_w = basic_primal_value(X, y, model.W, method, gamma, C)
+    check_brackets(model, p_ref, p_at_w)
+
+
+@pytest.mark.parametrize("gamma,sparse", [(0.0, False), (0.0, True), (1.0, False)])
+def test_woodbury_newton_multilabel_reaches_cvxpy_optimum(monkeypatch, gamma, sparse):
+    import topkbench.solvers.newton as newton
+
+    monkeypatch.setattr(newton, "NEWTON_MAX_DIM", 1)
+    X, Y = make_ml_problem(n=16, m=4, seed=32, sparse=sparse)
+    X = ill_conditioned(X)
+    model = fit_accelerated(X, Y, "svm_ml", "newton", C=1.0, gamma=gamma)
+    p_ref, _ = ml_cvxpy_primal(X, Y, "svm_ml", gamma, 1.0)
+    check_brackets(model, p_ref, ml_primal_value(X, Y, model.W, "svm_ml", gamma, 1.0))
+    assert ml_dual_value(X, Y, model.A, "svm_ml", gamma, 1.0) == pytest.approx(
+        model.dual, rel=1e-10
+    )
+
+
 @pytest.mark.parametrize("method,gamma", [("svm_multi", 0.0), ("lr_multi", 0.0)])
 def test_kernel_mode_matches_feature_mode(problem_factory, method, gamma):
     """A linear Gram matrix K = X X^T is the feature problem: same optimum, accelerated."""

@@ -18,8 +18,11 @@ from topkbench.solvers.newton import (
     NEWTON_MAX_DIM,
     PROX_MIN_GAMMA,
     _Derivatives,
+    _GramRows,
     _hessian,
+    _newton_step,
     _smoothing_centre,
+    _woodbury_direction,
 )
 from topkbench.solvers.problem import SDCAProblem
 
@@ -135,8 +138,10 @@ def test_nonsmooth_hinge_continues_to_gamma_zero(problem_factory):
 
 
 def test_not_applicable_falls_back_to_catalyst(problem_factory):
-    """A Gram matrix, or d m above NEWTON_MAX_DIM for a loss Newton-CG does not take (the
-    smoothed hinges), leaves the run to accelerated SDCA; LR^Multi there takes Newton-CG."""
+    """A Gram matrix leaves the run to accelerated SDCA.  Above NEWTON_MAX_DIM LR^Multi takes
+    Newton-CG and a smoothed hinge the Woodbury steps, unless it has more than
+    WOODBURY_MAX_ROWS examples (then accelerated SDCA), or its Woodbury system would have more
+    than WOODBURY_MAX_RANK rows (then Newton hands on to accelerated SDCA)."""
     X, y = problem_factory(n=30, d=3, m=5, seed=46)
     X = ill_conditioned(X)
     kw = dict(C=10.0, eps=1e-6, max_epochs=50, warn=False, accelerate="newton")
@@ -144,10 +149,21 @@ def test_not_applicable_falls_back_to_catalyst(problem_factory):
     assert "accelerated_from_epoch" in kernel.info and "newton_from_epoch" not in kernel.info
     wide = np.hstack([X] * (NEWTON_MAX_DIM // 15 + 1))
     assert wide.shape[1] * 5 > NEWTON_MAX_DIM
-    model = topkbench.fit(wide, y, "svm_multi", gamma=0.5, **kw)
-    assert "accelerated_from_epoch" in model.info and "newton_from_epoch" not in model.info
     model = topkbench.fit(wide, y, "lr_multi", **kw)
     assert model.converged and "newton_from_epoch" in model.info
+    model = topkbench.fit(wide, y, "svm_multi", gamma=0.5, **kw)  # the Woodbury route
+    assert model.converged and "newton_from_epoch" in model.info
+    import topkbench.solvers.newton as newton
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(newton, "WOODBURY_MAX_ROWS", X.shape[0] - 1)
+        model = topkbench.fit(wide, y, "svm_multi", gamma=0.5, **kw)
+    assert "accelerated_from_epoch" in model.info and "newton_from_epoch" not in model.info
+    with pytest.MonkeyPatch.context() as mp:  # a Woodbury system too large: handed on
+        mp.setattr(newton, "WOODBURY_MAX_RANK", 1)
+        model = topkbench.fit(wide, y, "svm_multi", gamma=0.5, **{**kw, "max_epochs": 10**5})
+    assert model.converged and model.info["newton_iterations"] == 0
+    assert "accelerated_from_epoch" in model.info
 
 
 GRADIENT_CASES = [("topk_svm_alpha", 0.5, 2), ("topk_svm_alpha_pseudo", 0.5, 3),
@@ -472,8 +488,8 @@ def test_newton_cg_matches_cvxpy_on_ill_conditioned_features(problem_factory, mo
 def test_plan_names_each_shapes_phases():
     """The printed plan follows the hand-over rules: dense Newton for small d m (with the
     predicted-epochs rule below the conditioning threshold, for eps >= 1e-6), Newton-CG for
-    the logistic losses above the dense limit, accelerated SDCA for the smoothed hinges there
-    and for Gram matrices."""
+    the logistic losses above the dense limit, Woodbury steps for the hinges there,
+    accelerated SDCA for Gram matrices."""
     from topkbench.solvers.plan import describe, plan
 
     lid = {name: get_method(name).loss_id for name in ("lr_ml", "svm_ml", "topk_svm_beta")}
@@ -487,7 +503,7 @@ def test_plan_names_each_shapes_phases():
     scene_lr = plan("features", 294, 6, lid["lr_ml"], 0.0)
     assert [p.name for p in scene_lr] == ["plain", "newton-cg", "accelerated", "plain"]
     scene_svm = plan("features", 294, 6, lid["svm_ml"], 1.0)
-    assert [p.name for p in scene_svm] == ["plain", "accelerated", "plain"]
+    assert [p.name for p in scene_svm] == ["plain", "newton-woodbury", "accelerated", "plain"]
     assert [p.name for p in plan("gram", 0, 6, lid["lr_ml"], 0.0)] == ["plain", "accelerated",
                                                                         "plain"]  # fmt: skip
     assert [p.name for p in plan("features", 72, 6, lid["lr_ml"], 0.0, "never")] == ["plain"]
@@ -718,3 +734,46 @@ def test_centre_at_a_subgradient_leaves_the_loss_unsmoothed(method, k):
 
     stage = loss_sum(S + gamma * V, gamma) - gamma / 2 * float(np.vdot(V, V))
     assert stage == pytest.approx(loss_sum(S, 0.0), abs=1e-6)
+
+
+WOODBURY_CASES = [("svm_ml", 0.05, 1), ("svm_ml", 2.0, 1), ("svm_multi", 0.05, 1),
+                  ("svm_ova", 0.5, 1), ("topk_svm_beta", 0.5, 2),
+                  ("topk_svm_alpha_pseudo", 0.3, 3)]  # fmt: skip
+
+
+@pytest.mark.parametrize("method,gamma,k", WOODBURY_CASES)
+@pytest.mark.parametrize("sparse", [False, True])
+def test_woodbury_direction_is_the_dense_newton_step(method, gamma, k, sparse):
+    """The Woodbury step through the examples' curvature solves the Newton system of the
+    formed Hessian (it loses a few more digits than the Cholesky of H, which an inexact
+    Newton step can spare), with sample weights, dense and CSR, on badly scaled columns; the
+    Gram blocks are formed per call or taken from the whole X X^T alike."""
+    rng = np.random.default_rng(29)
+    n, d, m = 40, 4, 6
+    X = ill_conditioned(rng.standard_normal((n, d)), scales=np.array([100.0, 3.0, 1.0, 0.1]))
+    if method == "svm_ml":
+        y = sp.csr_matrix(rng.random((n, m)) < 0.3)
+    else:
+        y = rng.integers(0, m, n)
+    Xs = sp.csr_matrix(X) if sparse else X
+    w = rng.uniform(0.5, 2.0, n)
+    prob = SDCAProblem(Xs, y, gram=False, n_classes=m, loss_id=get_method(method).loss_id, k=k,
+                       weights=w)  # fmt: skip
+    C = 3.0
+    # near the optimum, where examples sit in their hinges' quadratic pieces
+    W = topkbench.fit(Xs, y, method, C=C, gamma=gamma, k=k, max_epochs=30, sample_weight=w,
+                      n_classes=m, warn=False, accelerate="never").W  # fmt: skip
+    deriv = _Derivatives(prob)
+    G = deriv.gradient(prob.scores(W), gamma)
+    grad = W + C * np.asarray(prob.X.T @ (w[:, None] * G))
+    H = _hessian(prob.X, deriv, C, m, prob.weights)
+    assert (np.abs(H - np.eye(d * m)) > 0.0).any()
+    want = _newton_step(H, grad.T.reshape(-1)).reshape(m, d).T
+    per_call, whole = _GramRows(prob.X), _GramRows(prob.X)
+    whole.spent = np.inf  # its first block already takes the whole X X^T
+    for gram in (per_call, whole):
+        got = _woodbury_direction(prob, deriv, C, grad, gram)
+        residual = H @ got.T.reshape(-1) + grad.T.reshape(-1)
+        assert np.linalg.norm(residual) <= 1e-6 * np.linalg.norm(grad)  # cond(H) up to 3e6
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-4 * np.abs(want).max())
+    assert per_call.full is None and whole.full is not None

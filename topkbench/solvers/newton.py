@@ -1,6 +1,6 @@
-"""Newton's method in the primal (with the formed Hessian when ``d m`` is small, Newton-CG for
-the logistic losses above that), for every SDCA loss, certified by the dual its gradient
-defines (DESIGN §5).
+"""Newton's method in the primal (with the formed Hessian when ``d m`` is small; above that,
+Newton-CG for the logistic losses and a Woodbury system over the examples' curvature for the
+hinges), for every SDCA loss, certified by the dual its gradient defines (DESIGN §5).
 
 **Why.** Any coordinate or first-order method needs about ``sqrt(C R^2 / mu)`` epochs per
 factor e of the gap (accelerated SDCA, :mod:`topkbench.solvers.accelerated`), which is
@@ -54,7 +54,11 @@ Every analytic H_i is a diagonal plus at most three signed rank-one terms
 (:class:`Curvature`); the Hessian is assembled from those products, or, for the hinges whose
 H_i live on a few classes, from the examples' supports grouped by class pair
 (:mod:`topkbench.solvers.hessian_kernels`), whichever costs less.  Above ``d m =
-NEWTON_MAX_DIM`` the logistic losses take Newton-CG steps instead (:func:`_cg_direction`).
+NEWTON_MAX_DIM`` the logistic losses take Newton-CG steps instead (:func:`_cg_direction`),
+and the hinges solve ``(I + C Z Z^T) D = -grad`` by Woodbury's identity, Z holding one column
+``u (x) x_i`` per example and eigenvector of its curvature (:func:`_woodbury_direction`): a
+hinge's H_i vanish off the margin and have few directions on it, so the system has far fewer
+than ``d m`` rows where ``d m`` is large (scene: 294 x 6).
 
 **Nonsmooth hinges (gamma = 0): a continuation about proximal centres.**  Stage j smooths
 the conjugate about a centre ``V`` in the dual (loss units)::
@@ -130,6 +134,11 @@ from topkbench.solvers.problem import Run, SDCAProblem, features_t_dot, relative
 
 # the Hessian is (d m)^2 doubles and costs about n m^2 d^2 flops per iteration
 NEWTON_MAX_DIM = 1024
+# above NEWTON_MAX_DIM the hinges' Newton steps solve the Woodbury system of their examples'
+# curvature (_woodbury_direction) while it has at most this many rows, on problems of at most
+# WOODBURY_MAX_ROWS examples (its Gram block of the examples with curvature is n x n at most)
+WOODBURY_MAX_RANK = 3000
+WOODBURY_MAX_ROWS = 5000
 # the cost model of a Newton phase (:func:`newton_cost_epochs`): the iterations a
 # continuation for a nonsmooth hinge typically takes, those of a smooth loss (damped steps,
 # then quadratic convergence), and how much faster per flop its dense products run than an
@@ -204,23 +213,47 @@ LINE_SEARCH_TOL = 0.1
 LINE_SEARCH_ITERATIONS = 30
 
 
-def dense_newton(prob: SDCAProblem) -> bool:
-    """Whether Newton's steps form and factor the ``d m x d m`` Hessian (else Newton-CG;
-    which problems take which is :func:`topkbench.solvers.plan.second_order`)."""
-    return prob.X.shape[1] * prob.m <= NEWTON_MAX_DIM
+def newton_route(kind: str, n: int, d: int, m: int, loss_id: int) -> str | None:
+    """How Newton's steps are solved on a problem of this shape: ``"dense"`` (features with
+    ``d m <= NEWTON_MAX_DIM``: the Hessian is formed and factored), ``"cg"`` (a logistic loss
+    above that: Hessian-vector products, :func:`_cg_direction`), ``"woodbury"`` (a hinge above
+    it, at most :data:`WOODBURY_MAX_ROWS` examples: :func:`_woodbury_direction`), or None
+    (a Gram matrix, or none of these)."""
+    if kind == "gram":
+        return None
+    if d * m <= NEWTON_MAX_DIM:
+        return "dense"
+    if loss_id in NEWTON_CG_LOSSES:
+        return "cg"
+    hinge = is_hinge(loss_id) or loss_id in (ids.LOSS_SVM_ML, ids.LOSS_SVM_OVA)
+    if hinge and n <= WOODBURY_MAX_ROWS:
+        return "woodbury"
+    return None
+
+
+def _route_of(prob: SDCAProblem) -> str | None:
+    return newton_route(prob.kind, prob.n, prob.X.shape[1], prob.m, prob.loss_id)
 
 
 def newton_cost_epochs(prob: SDCAProblem, smooth: bool = False) -> float:
     """What a Newton phase costs, in epochs of plain SDCA: :data:`NEWTON_ITERATIONS`
     iterations for a nonsmooth hinge's continuation (:data:`NEWTON_ITERATIONS_SMOOTH` for a
     smooth loss), each forming the Hessian (about ``n (d m)^2`` flops) and factoring it
-    (``(d m)^3 / 3``), against an epoch's ``4 nnz(X) m``; the factor
+    (``(d m)^3 / 3``), or on the Woodbury route the Gram matrix and the factorization of a
+    system of ``r`` rows (``n nnz(X) + r^3 / 3``), ``r`` taken as ``n`` for a continuation
+    (about one curvature direction per example at the margin) and ``2 n`` for a smooth hinge
+    (most examples inside their quadratic pieces, several directions each), against an
+    epoch's ``4 nnz(X) m``; the factor
     :data:`BLAS3_SPEEDUP` is how much faster per flop the dense products run than the epoch
     kernels on these small problems.  Deterministic: a function of the shapes only."""
     d = prob.X.shape[1]
     dm = float(d * prob.m)
     nnz = prob.X.nnz if sp.issparse(prob.X) else prob.n * d
-    iteration = prob.n * dm * dm + dm**3 / 3.0
+    if _route_of(prob) == "woodbury":
+        r = float(prob.n) * (2.0 if smooth else 1.0)
+        iteration = prob.n * float(nnz) + r**3 / 3.0
+    else:
+        iteration = prob.n * dm * dm + dm**3 / 3.0
     iterations = NEWTON_ITERATIONS_SMOOTH if smooth else NEWTON_ITERATIONS
     return iterations * iteration / (BLAS3_SPEEDUP * 4.0 * nnz * prob.m)
 
@@ -495,7 +528,11 @@ class _Derivatives:
         support_hessians`)."""
         if self.loss_id in ANALYTIC_LOSSES:
             curv = self.curvature(a, b)
-            U = np.stack([u for _, u in curv.terms]) if curv.terms else np.zeros((0, b - a, 0))
+            U = (
+                np.stack([u for _, u in curv.terms])
+                if curv.terms
+                else np.zeros((0, b - a, curv.diag.shape[1]))
+            )
             mask = (curv.diag != 0.0) | (U != 0.0).any(axis=0)
             tptr, tidx, hptr = _support_index(mask)
             hvals = np.empty(hptr[-1])
@@ -887,6 +924,95 @@ def _exact_step(slope_at, slope0: float) -> float | None:
     return lo if lo > 0.0 else None
 
 
+class _GramRows:
+    """Gram blocks ``X_a X_a^T`` of the rows ``a`` with curvature, for the Woodbury steps:
+    formed per call until their cost reaches that of the whole ``X X^T`` (rent or buy), which
+    is then kept for the rest of the phase."""
+
+    def __init__(self, X):
+        self.X = X
+        self.spent = 0.0
+        self.full = None
+
+    @staticmethod
+    def _gram(X) -> np.ndarray:
+        if X.dtype != np.float64:
+            X = X.astype(np.float64)
+        K = X @ X.T
+        return K.toarray() if sp.issparse(K) else np.asarray(K)
+
+    def block(self, rows) -> np.ndarray:
+        n = self.X.shape[0]
+        if self.full is None:
+            self.spent += float(rows.size) ** 2
+            if self.spent < float(n) ** 2:
+                return self._gram(self.X[rows])
+            self.full = self._gram(self.X)
+        return self.full.take(rows, axis=0).take(rows, axis=1)
+
+
+def _woodbury_direction(prob: SDCAProblem, deriv: _Derivatives, C: float, grad,
+                        gram: _GramRows):  # fmt: skip
+    """``-hess F^{-1} grad`` (``grad`` d x m) through the examples' curvature instead of the
+    ``d m x d m`` Hessian, for the hinges, whose ``H_i`` live on their gradient's support.
+
+    Each support block (:meth:`_Derivatives.support_blocks`, symmetrized, times ``w_i``) is
+    ``sum_p lambda_ip v_ip v_ip^T`` with ``lambda_ip > 0`` (negative rounding or
+    finite-difference eigenvalues are dropped, which keeps the direction one of descent);
+    with ``z_ip = sqrt(lambda_ip) v_ip (x) x_i`` (class-major), ``hess F = I + C Z Z^T`` and
+    (Woodbury) ``hess F^{-1} g = g - C Z (I + C Z^T Z)^{-1} Z^T g``, where ``(Z^T Z)_{ip,jq} =
+    <x_i, x_j> <u_ip, u_jq>`` (``u = sqrt(lambda) v`` in the classes) needs the Gram matrix of
+    the examples with curvature only.  The system has one row per (example, eigenvalue), often
+    far fewer than ``d m``.  None when it would have more than :data:`WOODBURY_MAX_RANK` rows
+    or fails to factor."""
+    n, m = prob.n, prob.m
+    tptr, tidx, hptr, hvals = deriv.support_blocks(0, n)
+    sizes = np.diff(tptr)
+    w = np.ones(n) if prob.weights is None else np.asarray(prob.weights, dtype=np.float64)
+    blocks = []  # (rows, U on their supports, classes) per support size
+    top = 0.0
+    for t in np.unique(sizes[sizes > 0]):
+        rows = np.flatnonzero((sizes == t) & (w > 0.0))
+        if rows.size == 0:
+            continue
+        idx = hptr[rows][:, None] + np.arange(t * t)
+        B = hvals[idx].reshape(rows.size, t, t)
+        lam, V = np.linalg.eigh(0.5 * (B + np.swapaxes(B, 1, 2)))
+        lam *= w[rows, None]
+        top = max(top, float(lam.max()))
+        cls = tidx[tptr[rows][:, None] + np.arange(t)]
+        blocks.append((rows, lam, V, cls))
+    keep_min = RADIUS_TOL * top
+    owners, parts = [], []
+    for rows, lam, V, cls in blocks:
+        i, p = np.nonzero(lam > keep_min)
+        if i.size == 0:
+            continue
+        U = np.zeros((i.size, m))
+        U[np.arange(i.size)[:, None], cls[i]] = V[i, :, p] * np.sqrt(lam[i, p])[:, None]
+        owners.append(rows[i])
+        parts.append(U)
+    if not owners:
+        return -grad
+    owner = np.concatenate(owners)
+    R = np.concatenate(parts)
+    if owner.size > WOODBURY_MAX_RANK:
+        return None
+    active, pos = np.unique(owner, return_inverse=True)
+    Xa = prob.X[active]
+    M = R @ R.T
+    M *= gram.block(active).take(pos, axis=0).take(pos, axis=1)
+    M *= C
+    M[np.diag_indices_from(M)] += 1.0
+    b = np.einsum("pc,pc->p", R, np.asarray(Xa @ grad)[pos])
+    z = _newton_step(M, b)  # -M^{-1} b
+    if z is None:
+        return None
+    V = np.zeros((active.size, m))
+    np.add.at(V, pos, z[:, None] * R)
+    return -grad - C * np.asarray(features_t_dot(Xa, V))
+
+
 def _newton_step(H, grad):
     """``-H^{-1} grad`` by Cholesky.  H = I + C sum H_i (x) x_i x_i^T is positive definite
     in exact arithmetic, but rounded H_i leave eigenvalues a few ulps of ``max H`` below zero,
@@ -942,9 +1068,13 @@ def solve_newton(
     n, m = prob.n, prob.m
     lam = 1.0 / (C * n)
     deriv = _Derivatives(prob)
+    gram = _GramRows(prob.X)
     stage_gamma = first_stage_gamma(prob.loss_id, gamma)
     if gamma_start is not None and gamma <= gamma_start < stage_gamma:
-        stage_gamma = gamma_start
+        # a warm start's last smoothing, but not below the proximal floor: the smaller ones
+        # were the previous C's answer to proximal steps that stopped paying there, and the
+        # centre starts afresh here
+        stage_gamma = max(gamma_start, min(stage_gamma, PROX_MIN_GAMMA))
     info = {"newton_from_epoch": run.epochs, "newton_iterations": 0, "gamma_stages": [stage_gamma]}
     no_dual = np.zeros((n, m))
     W = prob.rep_of(A)
@@ -1008,12 +1138,17 @@ def solve_newton(
             since_best += 1
             if since_best >= STALL_ITERATIONS:
                 return "running", A, W, primal, dual, gap, info
-        if dense_newton(prob):
+        route = _route_of(prob)
+        if route == "dense":
             grad = (W - W_A).T.reshape(-1)
             step = _newton_step(_hessian(prob.X, deriv, C, m, prob.weights), grad)
             if step is None:
                 return "running", A, W, primal, dual, gap, info
             D = np.ascontiguousarray(step.reshape(m, -1).T)
+        elif route == "woodbury":
+            D = _woodbury_direction(prob, deriv, C, W - W_A, gram)
+            if D is None:
+                return "running", A, W, primal, dual, gap, info
         else:
             D = _cg_direction(prob, deriv, C, W - W_A)
         SD = prob.scores(D)

@@ -2,11 +2,11 @@
 one place where they are decided (DESIGN §5, "Cost model").
 
 A run starts in plain SDCA.  At a certificate it may hand over to a second-order phase
-(Newton with the formed Hessian when ``d m`` is small, Newton-CG for the logistic losses
-above that) or to accelerated SDCA (Catalyst); a Newton phase that stalls hands its dual to
-accelerated SDCA, and an accelerated phase that reaches its ratio limit hands it back to
-plain SDCA.  Every phase certifies the same problem with the same duality gap, so a hand-over
-never changes what is certified, only how fast.
+(Newton with the formed Hessian when ``d m`` is small; above that, Newton-CG for the logistic
+losses and Woodbury steps for the hinges) or to accelerated SDCA (Catalyst); a Newton phase
+that stalls hands its dual to accelerated SDCA, and an accelerated phase that reaches its
+ratio limit hands it back to plain SDCA.  Every phase certifies the same problem with the
+same duality gap, so a hand-over never changes what is certified, only how fast.
 
 :func:`hand_over` is the rule, :func:`second_order` which second-order phase applies, and
 :func:`plan` the phases a run of a given shape may go through, with their rules, as the
@@ -20,11 +20,7 @@ import math
 from dataclasses import dataclass
 
 from topkbench.solvers.accelerated import condition_number, loss_smoothness
-from topkbench.solvers.newton import (
-    NEWTON_CG_LOSSES,
-    NEWTON_MAX_DIM,
-    newton_cost_epochs,
-)
+from topkbench.solvers.newton import newton_cost_epochs, newton_route
 from topkbench.solvers.problem import Run, SDCAProblem
 
 ACCELERATE_MODES = ("auto", "catalyst", "newton", "never")
@@ -50,36 +46,36 @@ PREDICTED_MIN_EPS = 1e-6
 class Phase:
     """One phase of a run: its solver and the rule that starts it."""
 
-    name: str  # "plain", "newton", "newton-cg", "accelerated"
+    name: str  # "plain", "newton", "newton-cg", "newton-woodbury", "accelerated"
     starts: str
 
     def __str__(self) -> str:
         return f"{self.name} ({self.starts})"
 
 
-def second_order(kind: str, d: int, m: int, loss_id: int) -> str | None:
-    """The second-order phase a problem can take: ``"newton"`` (features with ``d m <=
-    NEWTON_MAX_DIM``: the Hessian is formed and factored), ``"newton-cg"`` (features, a
-    logistic loss, larger ``d m``: Hessian-vector products), or None (a Gram matrix, or a
-    smoothed hinge above the dense limit)."""
-    if kind == "gram":
-        return None
-    if d * m <= NEWTON_MAX_DIM:
-        return "newton"
-    return "newton-cg" if loss_id in NEWTON_CG_LOSSES else None
+SECOND_ORDER = {"dense": "newton", "cg": "newton-cg", "woodbury": "newton-woodbury"}
+
+
+def second_order(kind: str, d: int, m: int, loss_id: int, n: int = 0) -> str | None:
+    """The second-order phase a problem of ``n`` examples can take
+    (:func:`~topkbench.solvers.newton.newton_route`): ``"newton"`` (the Hessian formed and
+    factored), ``"newton-cg"`` (Hessian-vector products) or ``"newton-woodbury"`` (the
+    examples' curvature), or None."""
+    route = newton_route(kind, n, d, m, loss_id)
+    return None if route is None else SECOND_ORDER[route]
 
 
 def _second_order_of(prob: SDCAProblem) -> str | None:
-    return second_order(prob.kind, prob.X.shape[1], prob.m, prob.loss_id)
+    return second_order(prob.kind, prob.X.shape[1], prob.m, prob.loss_id, prob.n)
 
 
 def _predicted_rule(second: str | None, eps: float) -> bool:
     """Whether a well-conditioned run is watched for the predicted-epochs rule of
-    :func:`hand_over`: dense Newton and eps within a continuation's reach
+    :func:`hand_over`: dense Newton or Woodbury steps, and eps within a continuation's reach
     (:data:`PREDICTED_MIN_EPS`).  The continuation's stages keep gamma at 0.1 or above while
     they pay (:data:`~topkbench.solvers.newton.PROX_MIN_GAMMA`), where the finite-difference
     Hessians of the hinges without an analytic one are as good as analytic ones."""
-    return second == "newton" and eps >= PREDICTED_MIN_EPS
+    return second in ("newton", "newton-woodbury") and eps >= PREDICTED_MIN_EPS
 
 
 def _smooth(loss_id: int, gamma: float) -> bool:
@@ -96,9 +92,9 @@ def hand_over(run: Run, prob: SDCAProblem, accelerate: str, C: float, gamma: flo
       phase applies (its cost does not grow with the conditioning), else once plain SDCA,
       after :data:`ACCEL_MIN_EPOCHS` epochs, is predicted by its last two certificates to
       need :data:`ACCEL_PREDICTED_FACTOR` times more epochs again than it has run;
-    * below it, with dense Newton: once plain SDCA (sublinear on a nonsmooth loss however
-      well conditioned), after :data:`PREDICTED_MIN_EPOCHS` epochs, is predicted to need more
-      epochs than the Newton phase costs (:func:`~topkbench.solvers.newton.
+    * below it, with dense Newton or Woodbury steps: once plain SDCA (sublinear on a
+      nonsmooth loss however well conditioned), after :data:`PREDICTED_MIN_EPOCHS` epochs, is
+      predicted to need more epochs than the Newton phase costs (:func:`~topkbench.solvers.newton.
       newton_cost_epochs`: a continuation for a nonsmooth hinge, a few iterations for a
       smooth loss).
     """
