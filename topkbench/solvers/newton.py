@@ -968,6 +968,8 @@ def _woodbury_direction(prob: SDCAProblem, deriv: _Derivatives, C: float, grad,
     n, m = prob.n, prob.m
     tptr, tidx, hptr, hvals = deriv.support_blocks(0, n)
     sizes = np.diff(tptr)
+    if int((sizes - 1).clip(0).sum()) > WOODBURY_MAX_RANK:
+        return None  # the blocks' ranks are about their sizes less one: too many to decompose
     w = np.ones(n) if prob.weights is None else np.asarray(prob.weights, dtype=np.float64)
     blocks = []  # (rows, U on their supports, classes) per support size
     top = 0.0
