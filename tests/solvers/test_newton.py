@@ -502,8 +502,10 @@ def test_plan_names_each_shapes_phases():
                                                    eps=1e-8))  # fmt: skip
     scene_lr = plan("features", 294, 6, lid["lr_ml"], 0.0)
     assert [p.name for p in scene_lr] == ["plain", "newton-cg", "accelerated", "plain"]
-    scene_svm = plan("features", 294, 6, lid["svm_ml"], 1.0)
+    scene_svm = plan("features", 294, 6, lid["svm_ml"], 1.0, n=1211)
     assert [p.name for p in scene_svm] == ["plain", "newton-woodbury", "accelerated", "plain"]
+    delicious = plan("features", 500, 983, lid["svm_ml"], 1.0, n=11628)
+    assert [p.name for p in delicious] == ["plain", "accelerated", "plain"]
     assert [p.name for p in plan("gram", 0, 6, lid["lr_ml"], 0.0)] == ["plain", "accelerated",
                                                                         "plain"]  # fmt: skip
     assert [p.name for p in plan("features", 72, 6, lid["lr_ml"], 0.0, "never")] == ["plain"]
@@ -777,3 +779,23 @@ def test_woodbury_direction_is_the_dense_newton_step(method, gamma, k, sparse):
         assert np.linalg.norm(residual) <= 1e-6 * np.linalg.norm(grad)  # cond(H) up to 3e6
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-4 * np.abs(want).max())
     assert per_call.full is None and whole.full is not None
+
+
+def test_predicted_epochs_rides_out_one_bump():
+    """A gap that rose at the last certificate but fell over the last two intervals predicts
+    from those two; a gap that fell over neither predicts infinity (a stall)."""
+    from topkbench.solvers.plan import predicted_epochs
+    from topkbench.solvers.problem import Run, TracePoint
+
+    def run_with(gaps):
+        run = Run(10, eps=1e-3, max_epochs=1000, time_limit=None, seed=0, on_eval=None)
+        run.trace = [TracePoint(5 * i, 1.0, 0.0, g, 0.0) for i, g in enumerate(gaps)]
+        run.epochs = 5 * (len(gaps) - 1)
+        return run
+
+    falling = predicted_epochs(run_with([4e-3, 2e-3]))
+    assert falling == pytest.approx(5.0)  # halves every 5 epochs: 5 more to 1e-3
+    bumped = predicted_epochs(run_with([4e-3, 1e-3 * 1.5, 2e-3]))
+    assert bumped == pytest.approx(np.log(2.0) / (np.log(2.0) / 10.0))
+    assert predicted_epochs(run_with([2e-3, 2.5e-3, 3e-3])) == np.inf
+    assert predicted_epochs(run_with([2e-3, 3e-3])) == np.inf

@@ -60,7 +60,7 @@ def row_plan(record, eps: float) -> str:
         return {"lbfgs": "L-BFGS or gradient descent from LR^Multi"}.get(spec.solver, spec.solver)
     kind = "gram" if str(record.get("kernel")) == "rbf" else "features"
     phases = plan(kind, int(record["n_features"]), int(record["n_classes"]), spec.loss_id,
-                  float(record["gamma"]), ACCELERATE, eps)  # fmt: skip
+                  float(record["gamma"]), ACCELERATE, eps, n=int(record["n_train"]))  # fmt: skip
     return describe(phases)
 
 

@@ -135,10 +135,14 @@ from topkbench.solvers.problem import Run, SDCAProblem, features_t_dot, relative
 # the Hessian is (d m)^2 doubles and costs about n m^2 d^2 flops per iteration
 NEWTON_MAX_DIM = 1024
 # above NEWTON_MAX_DIM the hinges' Newton steps solve the Woodbury system of their examples'
-# curvature (_woodbury_direction) while it has at most this many rows, on problems of at most
-# WOODBURY_MAX_ROWS examples (its Gram block of the examples with curvature is n x n at most)
+# curvature (_woodbury_direction) while it has at most this many rows (a factorization of
+# about a tenth of a second), on problems of at most WOODBURY_MAX_ROWS examples: a continuation
+# has about one row per example at the margin, so larger problems (corel5k's 4,050 x 374:
+# some 40,000 rows) would only pay for the refusal
 WOODBURY_MAX_RANK = 3000
-WOODBURY_MAX_ROWS = 5000
+WOODBURY_MAX_ROWS = 3000
+# eigenvalues of the support blocks below this fraction of the largest are left out of Z
+WOODBURY_EIG_TOL = 1e-12
 # the cost model of a Newton phase (:func:`newton_cost_epochs`): the iterations a
 # continuation for a nonsmooth hinge typically takes, those of a smooth loss (damped steps,
 # then quadratic convergence), and how much faster per flop its dense products run than an
@@ -984,7 +988,7 @@ def _woodbury_direction(prob: SDCAProblem, deriv: _Derivatives, C: float, grad,
         top = max(top, float(lam.max()))
         cls = tidx[tptr[rows][:, None] + np.arange(t)]
         blocks.append((rows, lam, V, cls))
-    keep_min = RADIUS_TOL * top
+    keep_min = WOODBURY_EIG_TOL * top
     owners, parts = [], []
     for rows, lam, V, cls in blocks:
         i, p = np.nonzero(lam > keep_min)

@@ -122,8 +122,11 @@ def takes_newton(prob: SDCAProblem, accelerate: str) -> bool:
 
 def predicted_epochs(run: Run) -> float:
     """Epochs plain SDCA still needs to reach eps, extrapolating the decay per epoch of the
-    last two certificates (infinite if the gap did not decrease)."""
+    last two certificates, or of the last three when the last one rose (SDCA's gap is not
+    monotone, and one bump is not a stall); infinite if the gap did not decrease."""
     prev, last = run.trace[-2], run.trace[-1]
+    if not (last.relative_gap < prev.relative_gap) and len(run.trace) >= 3:
+        prev = run.trace[-3]
     if not (last.relative_gap < prev.relative_gap) or last.epoch <= prev.epoch:
         return math.inf
     rate = math.log(prev.relative_gap / last.relative_gap) / (last.epoch - prev.epoch)
@@ -131,13 +134,14 @@ def predicted_epochs(run: Run) -> float:
 
 
 def plan(kind: str, d: int, m: int, loss_id: int, gamma: float, accelerate: str = "auto",
-         eps: float = 1e-3) -> tuple[Phase, ...]:  # fmt: skip
-    """The phases a run of this shape may go through under ``accelerate``, in order, each
-    with the rule that starts it (the rules of :func:`hand_over`)."""
+         eps: float = 1e-3, n: int = 0) -> tuple[Phase, ...]:  # fmt: skip
+    """The phases a run of ``n`` examples (0: unknown, as if few) of this shape may go
+    through under ``accelerate``, in order, each with the rule that starts it (the rules of
+    :func:`hand_over`)."""
     phases = [Phase("plain", "from the start, or the warm dual")]
     if accelerate == "never":
         return tuple(phases)
-    second = None if accelerate == "catalyst" else second_order(kind, d, m, loss_id)
+    second = None if accelerate == "catalyst" else second_order(kind, d, m, loss_id, n)
     forced = accelerate in ("catalyst", "newton")
     smooth = _smooth(loss_id, gamma)
     if second is not None:
