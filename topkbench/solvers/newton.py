@@ -143,6 +143,10 @@ WOODBURY_MAX_RANK = 3000
 WOODBURY_MAX_ROWS = 3000
 # eigenvalues of the support blocks below this fraction of the largest are left out of Z
 WOODBURY_EIG_TOL = 1e-12
+# within the dense limit a hinge's step takes the Woodbury system while it has at most this
+# share of d m rows (its factorization then costs about half the dense one's, which leaves the
+# Gram block and the eigendecompositions their share)
+WOODBURY_DENSE_SHARE = 0.8
 # the cost model of a Newton phase (:func:`newton_cost_epochs`): the iterations a
 # continuation for a nonsmooth hinge typically takes, those of a smooth loss (damped steps,
 # then quadratic convergence), and how much faster per flop its dense products run than an
@@ -229,10 +233,18 @@ def newton_route(kind: str, n: int, d: int, m: int, loss_id: int) -> str | None:
         return "dense"
     if loss_id in NEWTON_CG_LOSSES:
         return "cg"
-    hinge = is_hinge(loss_id) or loss_id in (ids.LOSS_SVM_ML, ids.LOSS_SVM_OVA)
-    if hinge and n <= WOODBURY_MAX_ROWS:
+    if _woodbury_loss(loss_id) and n <= WOODBURY_MAX_ROWS:
         return "woodbury"
     return None
+
+
+def _woodbury_loss(loss_id: int) -> bool:
+    """The losses whose H_i live on their gradient's support (the hinges)."""
+    return is_hinge(loss_id) or loss_id in (ids.LOSS_SVM_ML, ids.LOSS_SVM_OVA)
+
+
+def _woodbury_allowed(prob: SDCAProblem) -> bool:
+    return prob.kind != "gram" and _woodbury_loss(prob.loss_id) and prob.n <= WOODBURY_MAX_ROWS
 
 
 def _route_of(prob: SDCAProblem) -> str | None:
@@ -956,7 +968,7 @@ class _GramRows:
 
 
 def _woodbury_direction(prob: SDCAProblem, deriv: _Derivatives, C: float, grad,
-                        gram: _GramRows):  # fmt: skip
+                        gram: _GramRows, max_rank: int = WOODBURY_MAX_RANK):  # fmt: skip
     """``-hess F^{-1} grad`` (``grad`` d x m) through the examples' curvature instead of the
     ``d m x d m`` Hessian, for the hinges, whose ``H_i`` live on their gradient's support.
 
@@ -967,8 +979,8 @@ def _woodbury_direction(prob: SDCAProblem, deriv: _Derivatives, C: float, grad,
     (Woodbury) ``hess F^{-1} g = g - C Z (I + C Z^T Z)^{-1} Z^T g``, where ``(Z^T Z)_{ip,jq} =
     <x_i, x_j> <u_ip, u_jq>`` (``u = sqrt(lambda) v`` in the classes) needs the Gram matrix of
     the examples with curvature only.  The system has one row per (example, eigenvalue), often
-    far fewer than ``d m``.  None when it would have more than :data:`WOODBURY_MAX_RANK` rows
-    or fails to factor."""
+    far fewer than ``d m``.  None when it would have more than ``max_rank`` rows
+    (:data:`WOODBURY_MAX_RANK` at most) or fails to factor."""
     n, m = prob.n, prob.m
     tptr, tidx, hptr, hvals = deriv.support_blocks(0, n)
     sizes = np.diff(tptr)
@@ -1002,7 +1014,7 @@ def _woodbury_direction(prob: SDCAProblem, deriv: _Derivatives, C: float, grad,
         return -grad
     owner = np.concatenate(owners)
     R = np.concatenate(parts)
-    if owner.size > WOODBURY_MAX_RANK:
+    if owner.size > min(max_rank, WOODBURY_MAX_RANK):
         return None
     active, pos = np.unique(owner, return_inverse=True)
     Xa = prob.X[active]
@@ -1145,7 +1157,14 @@ def solve_newton(
             if since_best >= STALL_ITERATIONS:
                 return "running", A, W, primal, dual, gap, info
         route = _route_of(prob)
-        if route == "dense":
+        D = None
+        if route == "dense" and _woodbury_allowed(prob):
+            # within the dense limit a hinge's Woodbury system may still be the smaller one
+            smaller = int(WOODBURY_DENSE_SHARE * prob.X.shape[1] * m)
+            D = _woodbury_direction(prob, deriv, C, W - W_A, gram, max_rank=smaller)
+        if D is not None:
+            pass
+        elif route == "dense":
             grad = (W - W_A).T.reshape(-1)
             step = _newton_step(_hessian(prob.X, deriv, C, m, prob.weights), grad)
             if step is None:
