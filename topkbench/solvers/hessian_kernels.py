@@ -123,3 +123,37 @@ def structured_support_blocks(diag, U, signs, tptr, tidx, hptr, hvals):
                 for r in range(R):
                     v += signs[r] * U[r, i, c] * U[r, i, c2]
                 hvals[base + p * t + q] = v
+
+
+@njit(cache=True)
+def topk_ent_hessian_rows(x_m, capped, y, g11, g12, g22, J):
+    """Top-k Ent's per-example Hessians in the scores (the formula of
+    :meth:`topkbench.solvers.newton._Derivatives._topk_ent_hessians`), one row at a time
+    into ``J`` (rows x m x m): ``diag(x_M) + g11 x_M x_M^T + g12 (x_M 1_U^T + 1_U x_M^T) +
+    g22 1_U 1_U^T`` in the coordinates ``s^{\\y} - s_y``, then mapped to the scores with
+    ``r = J 1``: ``J - e_y r^T - r e_y^T + <1, r> e_y e_y^T``."""
+    n, m = x_m.shape
+    r = np.empty(m)
+    for i in range(n):
+        a, b, c = g11[i], g12[i], g22[i]
+        for p in range(m):
+            xp = x_m[i, p]
+            up = 1.0 if capped[i, p] else 0.0
+            for q in range(m):
+                xq = x_m[i, q]
+                uq = 1.0 if capped[i, q] else 0.0
+                J[i, p, q] = a * (xp * xq) + b * (xp * uq + up * xq) + c * (up * uq)
+            J[i, p, p] += xp
+        total = 0.0
+        for p in range(m):
+            acc = 0.0
+            for q in range(m):
+                acc += J[i, p, q]
+            r[p] = acc
+            total += acc
+        yi = y[i]
+        for q in range(m):
+            J[i, yi, q] -= r[q]
+        for p in range(m):
+            J[i, p, yi] -= r[p]
+        J[i, yi, yi] += total

@@ -129,6 +129,7 @@ from topkbench.solvers.accelerated import first_stage_gamma, next_stage_gamma
 from topkbench.solvers.hessian_kernels import (
     assemble_support_hessian,
     structured_support_blocks,
+    topk_ent_hessian_rows,
 )
 from topkbench.solvers.problem import Run, SDCAProblem, features_t_dot, relative_gap
 
@@ -611,16 +612,9 @@ class _Derivatives:
         g11 = np.where(free & live, -1.0 / np.where(free, (1.0 - rho) * e, 1.0), 0.0)
         g12 = np.where(live, bb / (k * e), 0.0)
         g22 = np.where(live, s * bb / (k * k * e), 0.0)
-        u = capped.astype(np.float64)
-        J = np.einsum("ic,id->icd", x_m, x_m) * g11[:, None, None]
-        J += np.einsum("ic,id->icd", x_m, u) * g12[:, None, None]
-        J += np.einsum("ic,id->icd", u, x_m) * g12[:, None, None]
-        J += np.einsum("ic,id->icd", u, u) * g22[:, None, None]
-        J[:, np.arange(x.shape[1]), np.arange(x.shape[1])] += x_m
-        r = J.sum(axis=2)
-        J[rows, y, :] -= r
-        J[rows, :, y] -= r
-        J[rows, y, y] += r.sum(axis=1)
+        J = np.empty((b - a, x.shape[1], x.shape[1]))
+        topk_ent_hessian_rows(x_m, capped, np.ascontiguousarray(y, dtype=np.int64), g11, g12,
+                              g22, J)  # fmt: skip
         return J
 
     def _difference_hessians(self, a: int, b: int):
@@ -717,11 +711,12 @@ def _hessian(X, deriv: _Derivatives, C: float, m: int, weights=None) -> np.ndarr
                         H -= Z.T @ Z
             continue
         pc, pc2 = np.triu_indices(m)
-        nnz = np.count_nonzero(curv.dense[:, pc, pc2], axis=0)
+        per_pair = curv.dense[:, pc, pc2]
+        nnz = np.count_nonzero(per_pair, axis=0)
         # one product over all pairs, d (d + 1) / 2 x m (m + 1) / 2 multiply-adds per row,
         # against a product per pair over its nonzero rows, several times dearer per flop
         if (d + 1) * pc.size < DENSE_PAIR_SLOWDOWN * 2 * d * float(nnz.sum()) / (b - a):
-            _add_vech_blocks(H, Xb, curv.dense, d, m)
+            _add_vech_blocks(H, Xb, per_pair, d, m)
             continue
         Hb = np.ascontiguousarray(np.moveaxis(curv.dense, 0, -1))  # the example axis last
         for c, c2 in zip(pc, pc2, strict=True):
@@ -740,14 +735,14 @@ def _hessian(X, deriv: _Derivatives, C: float, m: int, weights=None) -> np.ndarr
     return H
 
 
-def _add_vech_blocks(H, Xb, dense, d: int, m: int) -> None:
-    """Add ``sum_i dense_i (x) x_i x_i^T`` to ``H`` (class-major) by one product: the rows'
-    ``vech(x_i x_i^T)`` against the upper triangles of the ``dense_i``, which gives every
-    class pair's block at once (a product per pair has ``d x d`` outputs, too small for the
-    BLAS to run at speed when d is small)."""
+def _add_vech_blocks(H, Xb, per_pair, d: int, m: int) -> None:
+    """Add ``sum_i dense_i (x) x_i x_i^T`` to ``H`` (class-major), given the upper triangles
+    ``per_pair`` (rows x m (m + 1) / 2, in :func:`numpy.triu_indices` order) of the
+    per-example ``dense_i``, by one product: the rows' ``vech(x_i x_i^T)`` against them, which
+    gives every class pair's block at once (a product per pair has ``d x d`` outputs, too small
+    for the BLAS to run at speed when d is small)."""
     j, j2 = np.triu_indices(d)
     pc, pc2 = np.triu_indices(m)
-    per_pair = dense[:, pc, pc2]
     B = np.zeros((j.size, pc.size))
     step = max(1, HESSIAN_ENTRIES // (8 * j.size))  # rows of vech products per chunk (8 MB)
     for a in range(0, Xb.shape[0], step):
