@@ -165,9 +165,9 @@ def bench_sdca_cmd(
     "conditioning",
     help="Ill-conditioned features (column scales 1e-2..1e2, ||x||^2 up to ~1e5; small and "
     "large n, multiclass and multilabel): for each SDCA loss and C, seconds and epochs to "
-    "relative gap --eps from a cold start, plain SDCA against accelerate=auto (Newton in the "
-    "primal for the logistic losses, SVM^OVA and SVM^Multi at small d*m; accelerated SDCA "
-    "otherwise). "
+    "relative gap --eps from a cold start, plain SDCA against accelerate=auto (the phases of "
+    "topkbench/solvers/plan.py: Newton in the primal at small d*m, Newton-CG for the logistic "
+    "losses and Woodbury steps for the hinges above it, accelerated SDCA otherwise). "
     "Writes a CSV, a per-method speed-up summary CSV and a PNG of time against C.",
 )
 @handle_errors
