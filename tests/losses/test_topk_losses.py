@@ -519,7 +519,7 @@ def test_ent_tr_kernel_matches_the_array_formula(k):
     np.testing.assert_allclose(grad, G, rtol=1e-13, atol=1e-15)
 
 
-@pytest.mark.parametrize("k", [2, 4, 9, 10])
+@pytest.mark.parametrize("k", [1, 2, 4, 9, 10, 11])
 def test_ent_tr_remembered_classes_change_nothing(k):
     """Rows keep their dropped classes from the last call only while those still lie strictly
     above the rest: along a drifting sequence of scores, with exact ties planted at the
@@ -538,4 +538,6 @@ def test_ent_tr_remembered_classes_change_nothing(k):
         fresh, G_fresh = ent_tr_loss_and_grad(S, y, k)
         np.testing.assert_array_equal(kept, fresh)
         np.testing.assert_array_equal(G_kept, G_fresh)
-    assert (dropped[:, 0] >= 0).all() == (k - 1 < m)
+    assert (dropped[:, 0] >= 0).all() == (1 < k <= m)  # k = 1 drops none; k > m: too few
+    with pytest.raises(ValueError, match="dropped must be"):
+        ent_tr_loss_and_grad(S, y, k, dropped[:, :-1] if k > 2 else dropped.astype(np.int32))

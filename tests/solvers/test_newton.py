@@ -152,7 +152,8 @@ def test_not_applicable_falls_back_to_catalyst(problem_factory):
     model = topkbench.fit(wide, y, "lr_multi", **kw)
     assert model.converged and "newton_from_epoch" in model.info
     model = topkbench.fit(wide, y, "svm_multi", gamma=0.5, **kw)  # the Woodbury route
-    assert model.converged and "newton_from_epoch" in model.info
+    assert model.converged and model.info["newton_iterations"] > 0
+    assert "accelerated_from_epoch" not in model.info
     import topkbench.solvers.newton as newton
 
     with pytest.MonkeyPatch.context() as mp:
@@ -506,6 +507,8 @@ def test_plan_names_each_shapes_phases():
     assert [p.name for p in scene_svm] == ["plain", "newton-woodbury", "accelerated", "plain"]
     delicious = plan("features", 500, 983, lid["svm_ml"], 1.0, n=11628)
     assert [p.name for p in delicious] == ["plain", "accelerated", "plain"]
+    unknown_n = plan("features", 294, 6, lid["svm_ml"], 1.0)
+    assert [p.name for p in unknown_n] == ["plain", "accelerated", "plain"]
     assert [p.name for p in plan("gram", 0, 6, lid["lr_ml"], 0.0)] == ["plain", "accelerated",
                                                                         "plain"]  # fmt: skip
     assert [p.name for p in plan("features", 72, 6, lid["lr_ml"], 0.0, "never")] == ["plain"]
@@ -744,12 +747,12 @@ WOODBURY_CASES = [("svm_ml", 0.05, 1), ("svm_ml", 2.0, 1), ("svm_multi", 0.05, 1
 
 
 @pytest.mark.parametrize("method,gamma,k", WOODBURY_CASES)
-@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("sparse", [False, True, "float32"])
 def test_woodbury_direction_is_the_dense_newton_step(method, gamma, k, sparse):
     """The Woodbury step through the examples' curvature solves the Newton system of the
     formed Hessian (it loses a few more digits than the Cholesky of H, which an inexact
-    Newton step can spare), with sample weights, dense and CSR, on badly scaled columns; the
-    Gram blocks are formed per call or taken from the whole X X^T alike."""
+    Newton step can spare), with sample weights, dense, CSR and float32, on badly scaled
+    columns; the Gram blocks are formed per call or taken from the whole X X^T alike."""
     rng = np.random.default_rng(29)
     n, d, m = 40, 4, 6
     X = ill_conditioned(rng.standard_normal((n, d)), scales=np.array([100.0, 3.0, 1.0, 0.1]))
@@ -757,7 +760,10 @@ def test_woodbury_direction_is_the_dense_newton_step(method, gamma, k, sparse):
         y = sp.csr_matrix(rng.random((n, m)) < 0.3)
     else:
         y = rng.integers(0, m, n)
-    Xs = sp.csr_matrix(X) if sparse else X
+    if sparse == "float32":
+        Xs = X = X.astype(np.float32)
+    else:
+        Xs = sp.csr_matrix(X) if sparse else X
     w = rng.uniform(0.5, 2.0, n)
     prob = SDCAProblem(Xs, y, gram=False, n_classes=m, loss_id=get_method(method).loss_id, k=k,
                        weights=w)  # fmt: skip

@@ -40,14 +40,26 @@ def ent_tr_loss_and_grad(
     ``mu = max(0, max_J a_j)``: ``L = mu + log(e^-mu + sum_J e^(a_j - mu))``, ``dL/df_j =
     e^(a_j - mu) / Z`` on J, 0 on the dropped classes, and minus their sum at y.
 
-    ``dropped`` (n x max(k - 1, 1) int64, -1 for unknown) remembers each row's dropped classes
-    between calls on the same examples: a row whose remembered classes still lie strictly above
-    every other off-label margin keeps them without a search.  It only saves work; the result
+    ``dropped`` (n x max(k - 1, 1) int64, all -1 at first, then only as the calls left it)
+    remembers each row's dropped classes between calls on the same examples: a row whose
+    remembered classes still lie strictly above every other off-label margin keeps them
+    without a search.  It only saves work; the result
     is the same with or without it."""
     S = np.ascontiguousarray(S, dtype=np.float64)
     n, m = S.shape
     if dropped is None:
         dropped = np.full((n, max(int(k) - 1, 1)), -1, dtype=np.int64)
+    elif (
+        dropped.shape != (n, max(int(k) - 1, 1))
+        or dropped.dtype != np.int64
+        or not dropped.flags.c_contiguous
+        or dropped.min() < -1
+        or dropped.max() >= m
+    ):
+        raise ValueError(
+            f"dropped must be a C-contiguous int64 array of shape {(n, max(int(k) - 1, 1))} "
+            f"with entries in [-1, {m}): the one a previous call on these rows filled"
+        )
     losses = np.empty(n)
     G = np.empty_like(S)
     _ent_tr_rows(S, np.ascontiguousarray(y, dtype=np.int64), int(k), losses, G, dropped)

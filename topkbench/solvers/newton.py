@@ -148,6 +148,9 @@ WOODBURY_EIG_TOL = 1e-12
 # share of d m rows (its factorization then costs about half the dense one's, which leaves the
 # Gram block and the eigendecompositions their share)
 WOODBURY_DENSE_SHARE = 0.8
+# the supports' sizes less one estimate the system's rows from above or below; only an
+# estimate this many times past the limit refuses before the eigendecompositions
+WOODBURY_PRECHECK = 2.0
 # the cost model of a Newton phase (:func:`newton_cost_epochs`): the iterations a
 # continuation for a nonsmooth hinge typically takes, those of a smooth loss (damped steps,
 # then quadratic convergence), and how much faster per flop its dense products run than an
@@ -222,30 +225,28 @@ LINE_SEARCH_TOL = 0.1
 LINE_SEARCH_ITERATIONS = 30
 
 
-def newton_route(kind: str, n: int, d: int, m: int, loss_id: int) -> str | None:
-    """How Newton's steps are solved on a problem of this shape: ``"dense"`` (features with
-    ``d m <= NEWTON_MAX_DIM``: the Hessian is formed and factored), ``"cg"`` (a logistic loss
-    above that: Hessian-vector products, :func:`_cg_direction`), ``"woodbury"`` (a hinge above
-    it, at most :data:`WOODBURY_MAX_ROWS` examples: :func:`_woodbury_direction`), or None
-    (a Gram matrix, or none of these)."""
+def newton_route(kind: str, n: int | None, d: int, m: int, loss_id: int) -> str | None:
+    """How Newton's steps are solved on a problem of ``n`` examples (None: unknown) of this
+    shape: ``"dense"`` (features with ``d m <= NEWTON_MAX_DIM``: the Hessian is formed and
+    factored), ``"cg"`` (a logistic loss above that: Hessian-vector products,
+    :func:`_cg_direction`), ``"woodbury"`` (a hinge above it, at most
+    :data:`WOODBURY_MAX_ROWS` examples: :func:`_woodbury_direction`), or None (a Gram
+    matrix, or none of these)."""
     if kind == "gram":
         return None
     if d * m <= NEWTON_MAX_DIM:
         return "dense"
     if loss_id in NEWTON_CG_LOSSES:
         return "cg"
-    if _woodbury_loss(loss_id) and n <= WOODBURY_MAX_ROWS:
-        return "woodbury"
-    return None
+    return "woodbury" if woodbury_applies(kind, n, loss_id) else None
 
 
-def _woodbury_loss(loss_id: int) -> bool:
-    """The losses whose H_i live on their gradient's support (the hinges)."""
-    return is_hinge(loss_id) or loss_id in (ids.LOSS_SVM_ML, ids.LOSS_SVM_OVA)
-
-
-def _woodbury_allowed(prob: SDCAProblem) -> bool:
-    return prob.kind != "gram" and _woodbury_loss(prob.loss_id) and prob.n <= WOODBURY_MAX_ROWS
+def woodbury_applies(kind: str, n: int | None, loss_id: int) -> bool:
+    """Whether Woodbury steps may be tried (within the dense limit too): features, at most
+    :data:`WOODBURY_MAX_ROWS` examples, and a loss whose H_i live on its gradient's support
+    (the hinges: SVM^Multi, the top-k hinges, SVM^ML and SVM^OVA, whose H_i is diagonal)."""
+    hinge = is_hinge(loss_id) or loss_id in (ids.LOSS_SVM_ML, ids.LOSS_SVM_OVA)
+    return kind != "gram" and hinge and n is not None and n <= WOODBURY_MAX_ROWS
 
 
 def _route_of(prob: SDCAProblem) -> str | None:
@@ -259,7 +260,8 @@ def newton_cost_epochs(prob: SDCAProblem, smooth: bool = False) -> float:
     (``(d m)^3 / 3``), or on the Woodbury route the Gram matrix and the factorization of a
     system of ``r`` rows (``n nnz(X) + r^3 / 3``), ``r`` taken as ``n`` for a continuation
     (about one curvature direction per example at the margin) and ``2 n`` for a smooth hinge
-    (most examples inside their quadratic pieces, several directions each), against an
+    (most examples inside their quadratic pieces, several directions each; infinite when that
+    passes :data:`WOODBURY_MAX_RANK`, which the route would refuse), against an
     epoch's ``4 nnz(X) m``; the factor
     :data:`BLAS3_SPEEDUP` is how much faster per flop the dense products run than the epoch
     kernels on these small problems.  Deterministic: a function of the shapes only."""
@@ -268,6 +270,8 @@ def newton_cost_epochs(prob: SDCAProblem, smooth: bool = False) -> float:
     nnz = prob.X.nnz if sp.issparse(prob.X) else prob.n * d
     if _route_of(prob) == "woodbury":
         r = float(prob.n) * (2.0 if smooth else 1.0)
+        if r > WOODBURY_MAX_RANK:
+            return math.inf  # a system the route would refuse: no hand-over to it
         iteration = prob.n * float(nnz) + r**3 / 3.0
     else:
         iteration = prob.n * dm * dm + dm**3 / 3.0
@@ -979,8 +983,11 @@ def _woodbury_direction(prob: SDCAProblem, deriv: _Derivatives, C: float, grad,
     n, m = prob.n, prob.m
     tptr, tidx, hptr, hvals = deriv.support_blocks(0, n)
     sizes = np.diff(tptr)
-    if int((sizes - 1).clip(0).sum()) > WOODBURY_MAX_RANK:
-        return None  # the blocks' ranks are about their sizes less one: too many to decompose
+    limit = min(max_rank, WOODBURY_MAX_RANK)
+    if int((sizes - 1).clip(0).sum()) > WOODBURY_PRECHECK * limit:
+        # a block's rank is about its size less one (less where the radius or caps bind):
+        # far past the limit, spare the eigendecompositions
+        return None
     w = np.ones(n) if prob.weights is None else np.asarray(prob.weights, dtype=np.float64)
     blocks = []  # (rows, U on their supports, classes) per support size
     top = 0.0
@@ -1009,7 +1016,7 @@ def _woodbury_direction(prob: SDCAProblem, deriv: _Derivatives, C: float, grad,
         return -grad
     owner = np.concatenate(owners)
     R = np.concatenate(parts)
-    if owner.size > min(max_rank, WOODBURY_MAX_RANK):
+    if owner.size > limit:
         return None
     active, pos = np.unique(owner, return_inverse=True)
     Xa = prob.X[active]
@@ -1082,6 +1089,8 @@ def solve_newton(
     lam = 1.0 / (C * n)
     deriv = _Derivatives(prob)
     gram = _GramRows(prob.X)
+    woodbury_tries = woodbury_applies(prob.kind, prob.n, prob.loss_id)
+    refused_at = None  # the continuation stage in which a Woodbury attempt was refused
     stage_gamma = first_stage_gamma(prob.loss_id, gamma)
     if gamma_start is not None and gamma <= gamma_start < stage_gamma:
         # a warm start's last smoothing, but not below the proximal floor: the smaller ones
@@ -1153,13 +1162,17 @@ def solve_newton(
                 return "running", A, W, primal, dual, gap, info
         route = _route_of(prob)
         D = None
-        if route == "dense" and _woodbury_allowed(prob):
-            # within the dense limit a hinge's Woodbury system may still be the smaller one
+        stage = len(info["gamma_stages"])
+        if route == "dense" and woodbury_tries and refused_at != stage:
+            # within the dense limit a hinge's Woodbury system may still be the smaller one;
+            # once refused, not again within the stage (the refused attempt's root-finding
+            # failures are the dense Hessian's again: counted once)
+            failures = deriv.failures
             smaller = int(WOODBURY_DENSE_SHARE * prob.X.shape[1] * m)
             D = _woodbury_direction(prob, deriv, C, W - W_A, gram, max_rank=smaller)
-        if D is not None:
-            pass
-        elif route == "dense":
+            if D is None:
+                refused_at, deriv.failures = stage, failures
+        if route == "dense" and D is None:
             grad = (W - W_A).T.reshape(-1)
             step = _newton_step(_hessian(prob.X, deriv, C, m, prob.weights), grad)
             if step is None:
@@ -1169,7 +1182,7 @@ def solve_newton(
             D = _woodbury_direction(prob, deriv, C, W - W_A, gram)
             if D is None:
                 return "running", A, W, primal, dual, gap, info
-        else:
+        elif route != "dense":
             D = _cg_direction(prob, deriv, C, W - W_A)
         SD = prob.scores(D)
         S_stage = stage_scores(S)

@@ -56,11 +56,11 @@ class Phase:
 SECOND_ORDER = {"dense": "newton", "cg": "newton-cg", "woodbury": "newton-woodbury"}
 
 
-def second_order(kind: str, d: int, m: int, loss_id: int, n: int = 0) -> str | None:
-    """The second-order phase a problem of ``n`` examples can take
-    (:func:`~topkbench.solvers.newton.newton_route`): ``"newton"`` (the Hessian formed and
-    factored), ``"newton-cg"`` (Hessian-vector products) or ``"newton-woodbury"`` (the
-    examples' curvature), or None."""
+def second_order(kind: str, d: int, m: int, loss_id: int, n: int | None = None) -> str | None:
+    """The second-order phase a problem of ``n`` examples (None: unknown, then no Woodbury
+    route) can take (:func:`~topkbench.solvers.newton.newton_route`): ``"newton"`` (the
+    Hessian formed and factored), ``"newton-cg"`` (Hessian-vector products) or
+    ``"newton-woodbury"`` (the examples' curvature), or None."""
     route = newton_route(kind, n, d, m, loss_id)
     return None if route is None else SECOND_ORDER[route]
 
@@ -134,10 +134,10 @@ def predicted_epochs(run: Run) -> float:
 
 
 def plan(kind: str, d: int, m: int, loss_id: int, gamma: float, accelerate: str = "auto",
-         eps: float = 1e-3, n: int = 0) -> tuple[Phase, ...]:  # fmt: skip
-    """The phases a run of ``n`` examples (0: unknown, as if few) of this shape may go
-    through under ``accelerate``, in order, each with the rule that starts it (the rules of
-    :func:`hand_over`)."""
+         eps: float = 1e-3, n: int | None = None) -> tuple[Phase, ...]:  # fmt: skip
+    """The phases a run of ``n`` examples (None: unknown, then no Woodbury route) of this
+    shape may go through under ``accelerate``, in order, each with the rule that starts it
+    (the rules of :func:`hand_over`)."""
     phases = [Phase("plain", "from the start, or the warm dual")]
     if accelerate == "never":
         return tuple(phases)
