@@ -160,11 +160,26 @@ def test_not_applicable_falls_back_to_catalyst(problem_factory):
         mp.setattr(newton, "WOODBURY_MAX_ROWS", X.shape[0] - 1)
         model = topkbench.fit(wide, y, "svm_multi", gamma=0.5, **kw)
     assert "accelerated_from_epoch" in model.info and "newton_from_epoch" not in model.info
+    import topkbench.solvers.sdca as sdca
+
+    given, handed = [], []
+
+    def recording(solver, duals):
+        def solve(prob, run, A, *args):
+            duals.append(A.copy())
+            return solver(prob, run, A, *args)
+
+        return solve
+
     with pytest.MonkeyPatch.context() as mp:  # a Woodbury system too large: handed on
         mp.setattr(newton, "WOODBURY_MAX_RANK", 1)
+        mp.setattr(sdca, "solve_newton", recording(sdca.solve_newton, given))
+        mp.setattr(sdca, "solve_accelerated", recording(sdca.solve_accelerated, handed))
         model = topkbench.fit(wide, y, "svm_multi", gamma=0.5, **{**kw, "max_epochs": 10**5})
     assert model.converged and model.info["newton_iterations"] == 0
     assert "accelerated_from_epoch" in model.info
+    # refused before any step, Newton hands on the dual it was given, not its gradient dual
+    np.testing.assert_array_equal(handed[0], given[0])
 
 
 GRADIENT_CASES = [("topk_svm_alpha", 0.5, 2), ("topk_svm_alpha_pseudo", 0.5, 3),

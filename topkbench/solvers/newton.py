@@ -1087,6 +1087,7 @@ def solve_newton(
     """
     n, m = prob.n, prob.m
     lam = 1.0 / (C * n)
+    A_given = A
     deriv = _Derivatives(prob)
     gram = _GramRows(prob.X)
     woodbury_tries = woodbury_applies(prob.kind, prob.n, prob.loss_id)
@@ -1181,6 +1182,8 @@ def solve_newton(
         elif route == "woodbury":
             D = _woodbury_direction(prob, deriv, C, W - W_A, gram)
             if D is None:
+                if info["newton_iterations"] == 0:  # no step taken: hand on the dual given
+                    return "running", A_given, W, primal, dual, gap, info
                 return "running", A, W, primal, dual, gap, info
         elif route != "dense":
             D = _cg_direction(prob, deriv, C, W - W_A)
