@@ -178,8 +178,10 @@ def test_not_applicable_falls_back_to_catalyst(problem_factory):
         model = topkbench.fit(wide, y, "svm_multi", gamma=0.5, **{**kw, "max_epochs": 10**5})
     assert model.converged and model.info["newton_iterations"] == 0
     assert "accelerated_from_epoch" in model.info
-    # refused before any step, Newton hands on the dual it was given, not its gradient dual
-    np.testing.assert_array_equal(handed[0], given[0])
+    # refused before any step, Newton hands back the dual it was given, not its gradient
+    # dual; plain SDCA offers it once more, then the accelerated phase takes that dual
+    assert len(given) == 2 and len(handed) == 1
+    np.testing.assert_array_equal(handed[0], given[1])
 
 
 GRADIENT_CASES = [("topk_svm_alpha", 0.5, 2), ("topk_svm_alpha_pseudo", 0.5, 3),
@@ -853,3 +855,25 @@ def test_hinge_within_the_dense_limit_takes_the_smaller_system(monkeypatch, d, e
     assert (calls["woodbury"] > 0) == expect_woodbury and (calls["dense"] > 0) != expect_woodbury
     other = topkbench.fit(X, Y, "svm_ml", accelerate="catalyst", **kw)
     assert model.primal == pytest.approx(other.primal, rel=3e-6)
+
+
+def test_newton_refused_at_a_cold_start_is_offered_again(monkeypatch):
+    """At a cold start every example is at the margin, so a hinge's Woodbury system can be
+    past its limit before the first step; plain SDCA then goes on and offers Newton again
+    after NEWTON_RETRY_EPOCHS epochs, when the margin has thinned, and the fit is certified at
+    the optimum plain SDCA reaches."""
+    import topkbench.solvers.newton as newton
+    from topkbench.solvers.plan import NEWTON_RETRY_EPOCHS
+
+    monkeypatch.setattr(newton, "NEWTON_MAX_DIM", 1)
+    monkeypatch.setattr(newton, "WOODBURY_MAX_RANK", 200)  # cold: ~300 rows; later 90-150
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((60, 40)) * rng.uniform(0.1, 10.0, 40)
+    Y = sp.csr_matrix(rng.random((60, 6)) < 0.35)
+    kw = dict(C=30.0, gamma=0.0, eps=1e-6, max_epochs=10**5, warn=False)
+    model = topkbench.fit(X, Y, "svm_ml", accelerate="newton", **kw)
+    assert model.converged and model.info["newton_iterations"] > 0
+    assert model.info["newton_from_epoch"] == NEWTON_RETRY_EPOCHS
+    assert "accelerated_from_epoch" not in model.info
+    plain = topkbench.fit(X, Y, "svm_ml", accelerate="never", **kw)
+    assert plain.converged and model.primal == pytest.approx(plain.primal, rel=3e-6)

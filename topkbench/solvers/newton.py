@@ -1183,6 +1183,7 @@ def solve_newton(
             D = _woodbury_direction(prob, deriv, C, W - W_A, gram)
             if D is None:
                 if info["newton_iterations"] == 0:  # no step taken: hand on the dual given
+                    info["newton_refused"] = True
                     return "running", A_given, W, primal, dual, gap, info
                 return "running", A, W, primal, dual, gap, info
         elif route != "dense":

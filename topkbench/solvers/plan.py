@@ -40,6 +40,10 @@ PREDICTED_MIN_EPOCHS = 20
 # plain SDCA anyway, from a worse dual (a smooth loss converges linearly in plain SDCA, and
 # the rule keeps one threshold for both)
 PREDICTED_MIN_EPS = 1e-6
+# a Newton phase refused before its first step (a Woodbury system past its limit: at a cold
+# start every example is at the margin) leaves the run to plain SDCA, which offers the
+# hand-over once more after this many epochs
+NEWTON_RETRY_EPOCHS = 20
 
 
 @dataclass(frozen=True)
@@ -169,5 +173,5 @@ def describe(phases: tuple[Phase, ...]) -> str:
     return " -> ".join(str(p) for p in phases)
 
 
-__all__ = ["ACCELERATE_MODES", "Phase", "describe", "hand_over", "plan", "predicted_epochs",
-           "second_order", "takes_newton"]  # fmt: skip
+__all__ = ["ACCELERATE_MODES", "NEWTON_RETRY_EPOCHS", "Phase", "describe", "hand_over", "plan",
+           "predicted_epochs", "second_order", "takes_newton"]  # fmt: skip

@@ -26,7 +26,12 @@ from topkbench.errors import ConvergenceWarning, SolverError
 from topkbench.losses import ids
 from topkbench.solvers.accelerated import solve_accelerated
 from topkbench.solvers.newton import solve_newton
-from topkbench.solvers.plan import ACCELERATE_MODES, hand_over, takes_newton
+from topkbench.solvers.plan import (
+    ACCELERATE_MODES,
+    NEWTON_RETRY_EPOCHS,
+    hand_over,
+    takes_newton,
+)
 from topkbench.solvers.problem import (
     Run,
     SDCAProblem,
@@ -181,18 +186,30 @@ def solve_sdca(
     gap = run.record(primal, dual, A, _public_rep(prob, W))
     status = "converged" if gap <= eps else "running"
     info: dict = {}
+    retry_from = 0  # plain SDCA's epochs before the next hand-over may be offered
     while status == "running":
         budget = run.budget_status()
         if budget is not None:
             status = budget
             break
-        if accelerate != "never" and hand_over(run, prob, accelerate, C, gamma):
+        if (accelerate != "never" and run.epochs >= retry_from
+                and hand_over(run, prob, accelerate, C, gamma)):  # fmt: skip
             newton = takes_newton(prob, accelerate)
             if newton:
                 with blas_threads(1):
                     status, A, W, primal, dual, gap, info = solve_newton(
                         prob, run, A, C, gamma, W_start, gamma_start
                     )
+            if newton and info.pop("newton_refused", False) and retry_from == 0:
+                # the Woodbury system was too large before any step (at a cold start every
+                # example is at the margin): plain SDCA goes on from the same dual and
+                # offers the hand-over again after NEWTON_RETRY_EPOCHS more epochs, once
+                info = {"newton_refused_at_epoch": run.epochs}
+                retry_from = run.epochs + NEWTON_RETRY_EPOCHS
+                W = A if prob.kind == "gram" else prob.rep_of(A)
+                primal, dual = prob.objective(A, W, C, gamma, gaps)
+                active = _active_set(gaps, A)
+                continue
             if not newton or status == "running":
                 # Newton stalled or failed: accelerated SDCA goes on from its gradient dual
                 newton_info = info if newton else {}
