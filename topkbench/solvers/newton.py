@@ -956,12 +956,13 @@ class _GramRows:
         K = X @ X.T
         return K.toarray() if sp.issparse(K) else np.asarray(K)
 
-    def block(self, rows) -> np.ndarray:
+    def block(self, rows, X_rows) -> np.ndarray:
+        """``X_rows X_rows^T`` for ``X_rows = X[rows]``."""
         n = self.X.shape[0]
         if self.full is None:
             self.spent += float(rows.size) ** 2
             if self.spent < float(n) ** 2:
-                return self._gram(self.X[rows])
+                return self._gram(X_rows)
             self.full = self._gram(self.X)
         return self.full.take(rows, axis=0).take(rows, axis=1)
 
@@ -988,13 +989,11 @@ def _woodbury_direction(prob: SDCAProblem, deriv: _Derivatives, C: float, grad,
         # a block's rank is about its size less one (less where the radius or caps bind):
         # far past the limit, spare the eigendecompositions
         return None
-    w = np.ones(n) if prob.weights is None else np.asarray(prob.weights, dtype=np.float64)
+    w = np.ones(n) if prob.weights is None else prob.weights  # positive (SDCAProblem)
     blocks = []  # (rows, U on their supports, classes) per support size
     top = 0.0
     for t in np.unique(sizes[sizes > 0]):
-        rows = np.flatnonzero((sizes == t) & (w > 0.0))
-        if rows.size == 0:
-            continue
+        rows = np.flatnonzero(sizes == t)
         idx = hptr[rows][:, None] + np.arange(t * t)
         B = hvals[idx].reshape(rows.size, t, t)
         lam, V = np.linalg.eigh(0.5 * (B + np.swapaxes(B, 1, 2)))
@@ -1021,7 +1020,7 @@ def _woodbury_direction(prob: SDCAProblem, deriv: _Derivatives, C: float, grad,
     active, pos = np.unique(owner, return_inverse=True)
     Xa = prob.X[active]
     M = R @ R.T
-    M *= gram.block(active).take(pos, axis=0).take(pos, axis=1)
+    M *= gram.block(active, Xa).take(pos, axis=0).take(pos, axis=1)
     M *= C
     M[np.diag_indices_from(M)] += 1.0
     b = np.einsum("pc,pc->p", R, np.asarray(Xa @ grad)[pos])
@@ -1090,6 +1089,7 @@ def solve_newton(
     A_given = A
     deriv = _Derivatives(prob)
     gram = _GramRows(prob.X)
+    route = _route_of(prob)
     woodbury_tries = woodbury_applies(prob.kind, prob.n, prob.loss_id)
     refused_at = None  # the continuation stage in which a Woodbury attempt was refused
     stage_gamma = first_stage_gamma(prob.loss_id, gamma)
@@ -1161,7 +1161,6 @@ def solve_newton(
             since_best += 1
             if since_best >= STALL_ITERATIONS:
                 return "running", A, W, primal, dual, gap, info
-        route = _route_of(prob)
         D = None
         stage = len(info["gamma_stages"])
         if route == "dense" and woodbury_tries and refused_at != stage:

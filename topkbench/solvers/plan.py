@@ -157,6 +157,9 @@ def plan(kind: str, d: int, m: int, loss_id: int, gamma: float, accelerate: str 
         if not smooth:
             rule += ("; smoothing continuation gamma = 1, then smaller down to 0.1, then "
                      "proximal centres")  # fmt: skip
+        if second == "newton-woodbury":
+            rule += (f"; a system past its limit before the first step: plain SDCA, offered "
+                     f"once more after {NEWTON_RETRY_EPOCHS} epochs")  # fmt: skip
         phases.append(Phase(second, rule))
         phases.append(Phase("accelerated", f"if {second} stalls, from its gradient dual"))
     else:
