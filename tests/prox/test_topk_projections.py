@@ -63,8 +63,11 @@ from topkbench.prox.topk import (
     SET_DK,
     box_sweep_sorted,
     cone_sweep_sorted,
+    apply_box_threshold,
     insert_top,
     project,
+    projection_face,
+    projection_jacobian,
     select_top,
     short_candidates,
     topk_threshold,
@@ -796,3 +799,92 @@ def test_select_top_returns_the_largest_in_order():
             qq = select_top(b, q, buf)
             assert qq == min(q, n)
             np.testing.assert_array_equal(buf[:qq], np.sort(b)[::-1][:qq])
+
+
+# --- Jacobians (rho = 0: the smoothed hinges' Hessians) ---------------------------------------
+
+
+def jacobian(kind, b, k, r=1.0):
+    """``(J, face, x)``: the full n x n Jacobian of the unbiased projection at ``b``, from
+    :func:`projection_jacobian` on the support, its face and the projection."""
+    b = np.ascontiguousarray(b, dtype=np.float64)
+    t, c, _ = thresholds(kind, b, k, 0.0, r)
+    x = np.empty_like(b)
+    apply_box_threshold(b, t, c, x)
+    sup = np.flatnonzero(x > 0.0).astype(np.int64)
+    block = np.empty((b.size, b.size))
+    projection_jacobian(kind, b, int(k), float(r), t, c, sup, block)
+    J = np.zeros((b.size, b.size))
+    J[np.ix_(sup, sup)] = block[: sup.size, : sup.size]
+    return J, projection_face(kind, int(k), float(r), t, c), x
+
+
+def partition(kind, b, k, r=1.0):
+    """The projection's face and which entries are 0, capped or between."""
+    t, c, _ = thresholds(kind, b, k, 0.0, r)
+    v = np.asarray(b) - t
+    return projection_face(kind, int(k), float(r), t, c), tuple(np.sign(v) + (v >= c))
+
+
+# one case per face (K, fixed_sum) of each set, with margins of at least 0.01 to the next face
+FACE_CASES = [
+    (SET_ALPHA, [0.5, 0.1, 0.05, -1.0], 2, (2, False)),  # the cone's caps, sum free
+    (SET_ALPHA, [3.0, 0.6, 0.5, -0.5], 2, (0, True)),  # the radius binds: caps r/k
+    (SET_BETA, [0.3, 0.2, -1.0, 0.1], 2, (0, False)),  # box, sum free
+    (SET_BETA, [3.0, 0.6, 0.5, 0.4], 2, (0, True)),  # box, radius
+    (SET_DK, [0.3, 0.25, 0.2, -1.0], 3, (0, False)),  # (i), sum free
+    (SET_DK, [3.0, 0.5, 0.45, 0.4], 3, (0, True)),  # (i), radius
+    (SET_DK, [0.3, 0.05, 0.0, -1.0], 3, (2, False)),  # (ii): the top-(k-1) cone
+    (SET_DK, [2.0, 0.1, 0.05, -1.0], 3, (0, True)),  # (iii): box, sum (k-1) r/k
+    (SET_CONE, [1.0, 0.9, 0.1, -0.3], 3, (3, False)),
+]
+
+
+def cvxpy_projection(kind, b, k, r=1.0):
+    x = cp.Variable(b.size)
+    rows = [x >= 0]
+    if kind == SET_CONE:
+        rows.append(k * x <= cp.sum(x))
+    else:
+        A, h = constraint_rows(kind, b.size, k, r)
+        rows.append(A @ x <= h)
+    cp.Problem(cp.Minimize(0.5 * cp.sum_squares(x - b)), rows).solve(
+        solver=cp.CLARABEL, tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12
+    )
+    return np.asarray(x.value)
+
+
+@pytest.mark.parametrize("kind,b,k,face", FACE_CASES)
+def test_projection_jacobian_predicts_cvxpy_projections(kind, b, k, face):
+    """On every face of every set, ``x(b + h d) = x(b) + h J d`` while the face holds (the
+    projection is affine there): checked against cvxpy's projections of nearby points, and
+    against central differences of ours, in random directions."""
+    b = np.array(b)
+    J, got_face, x = jacobian(kind, b, k)
+    assert got_face == face
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        d = rng.standard_normal(b.size)
+        h = 1e-3
+        moved = cvxpy_projection(kind, b + h * d, k)
+        np.testing.assert_allclose(moved, x + h * (J @ d), atol=1e-7)
+        diff = (project(kind, b + 1e-6 * d, k) - project(kind, b - 1e-6 * d, k)) / 2e-6
+        np.testing.assert_allclose(diff, J @ d, atol=1e-8)
+
+
+@settings(max_examples=200)
+@given(kind=st.sampled_from(ALL_KINDS), problem=problems(), seed=st.integers(0, 2**31))
+def test_projection_jacobian_is_the_derivative(kind, problem, seed):
+    """J is an orthogonal projection (symmetric, idempotent: a polyhedral projection's
+    derivative on a face), and wherever a small step keeps the face it is the derivative:
+    central differences of the projection in a random direction equal ``J d``."""
+    b, k, _, r = problem
+    J, _, _ = jacobian(kind, b, k, r)
+    np.testing.assert_allclose(J, J.T, atol=1e-12)
+    np.testing.assert_allclose(J @ J, J, atol=1e-9)
+    d = np.random.default_rng(seed).standard_normal(b.size)
+    h = 1e-7 * max(1.0, float(np.max(np.abs(b))), r)
+    here = partition(kind, b, k, r)
+    assume(partition(kind, b + h * d, k, r) == here == partition(kind, b - h * d, k, r))
+    diff = (project(kind, b + h * d, k, 0.0, r) - project(kind, b - h * d, k, 0.0, r)) / (2 * h)
+    np.testing.assert_allclose(diff, J @ d, atol=1e-5 * max(1.0, float(np.abs(d).max())))

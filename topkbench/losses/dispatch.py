@@ -142,52 +142,6 @@ def gradient_duals(S, yptr, yidx, loss, C, gamma, k, rho, out):
 
 
 @njit(cache=True)
-def support_hessians(S, yptr, yidx, loss, gamma, k, rho, G, step, tptr, tidx, hptr, hvals):
-    """Each example's Hessian of ``L_gamma`` in the scores, on the support ``T_i =
-    tidx[tptr[i]:tptr[i+1]]`` of its gradient ``G_i`` (the caller's), into ``hvals[hptr[i]:]``
-    as a row-major ``|T_i| x |T_i|`` block, symmetrized.
-
-    The smoothed hinges' gradient is ``M^T proj(z)``, a projection onto a polytope, whose
-    Jacobian is symmetric and vanishes on the coordinates outside the projection's support,
-    so the Hessian lives on ``T_i``; off a kink the forward difference of the gradient (the
-    zero-norm block update, as :func:`gradient_duals`) along each support coordinate is its
-    column exactly.  ``|T_i|`` gradient evaluations per example instead of m.  Returns the
-    count of failed inner root findings."""
-    n, m = S.shape
-    scratch = _scratch(m)
-    troots = np.full(n, np.nan)
-    a = np.zeros(m)
-    out = np.empty(m)
-    s = np.empty(m)
-    col = np.empty(m)
-    failures = 0
-    for i in range(n):
-        lo, hi = tptr[i], tptr[i + 1]
-        t = hi - lo
-        if t == 0:
-            continue
-        base = hptr[i]
-        for p in range(t):
-            c = tidx[lo + p]
-            for j in range(m):
-                s[j] = S[i, j]
-            s[c] += step
-            if _update(loss, yptr, yidx, i, s, a, 0.0, 1.0, gamma, k, rho, out, scratch,
-                       troots) != STATUS_OK:  # fmt: skip
-                failures += 1
-            for q in range(t):
-                col[q] = (-out[tidx[lo + q]] - G[i, tidx[lo + q]]) / step
-            for q in range(t):
-                hvals[base + q * t + p] = col[q]
-        for p in range(t):
-            for q in range(p + 1, t):
-                v = 0.5 * (hvals[base + p * t + q] + hvals[base + q * t + p])
-                hvals[base + p * t + q] = v
-                hvals[base + q * t + p] = v
-    return failures
-
-
-@njit(cache=True)
 def loss_value(loss, y, s, gamma, k, work, srt, idx, extra):
     """Primal loss ``L(y, s)`` for one example with scores ``s``; ``work``, ``srt``, ``extra``
     (float) and ``idx`` (int) are scratch arrays of length m."""

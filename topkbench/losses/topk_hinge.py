@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from numba import njit
 
 from topkbench.losses.ids import (
@@ -24,7 +25,14 @@ from topkbench.losses.ids import (
     LOSS_TOPK_SVM_BETA,
 )
 from topkbench.prox.projections import simplex_biased_threshold
-from topkbench.prox.topk import SET_ALPHA, SET_BETA, SET_DK, insert_top, topk_threshold
+from topkbench.prox.topk import (
+    SET_ALPHA,
+    SET_BETA,
+    SET_DK,
+    insert_top,
+    projection_jacobian,
+    topk_threshold,
+)
 
 
 @njit(cache=True)
@@ -198,3 +206,66 @@ def hinge_neg_conj(a, y, C, gamma):
             total += x
             sq += x * x
     return total - 0.5 * gamma * sq
+
+
+@njit(cache=True)
+def hinge_support_hessians(S, yptr, yidx, loss, gamma, k, tptr, tidx, hptr, hvals):
+    """Each example's Hessian of the smoothed top-k hinge ``L_gamma`` (gamma > 0, not
+    SVM^Multi) in the scores, on the support ``T_i = tidx[tptr[i]:tptr[i+1]]`` of its
+    gradient, into ``hvals[hptr[i]:]`` as a row-major ``|T_i| x |T_i|`` block.
+
+    The gradient is ``M^T x`` with ``x`` the projection of ``b = z / gamma``, ``z = (1 + s_j -
+    s_y)_{j != y}``, onto the loss's set of radius 1 (the zero-norm block update), and ``M``
+    the map ``s -> (s_j - s_y)_{j != y}``; so ``H = M^T J M / gamma`` with J the projection's
+    Jacobian (:func:`topkbench.prox.topk.projection_jacobian`), which lives on the support of
+    x: on the off-label classes of T_i ``H = J / gamma``, against the label ``-J 1 / gamma``,
+    and at the label ``<1, J 1> / gamma``."""
+    n, m = S.shape
+    kind = hinge_set(loss)
+    b = np.empty(m)
+    work = np.empty(m)
+    sup = np.empty(m, dtype=np.int64)
+    J = np.empty((m, m))
+    for i in range(n):
+        lo = tptr[i]
+        size = tptr[i + 1] - lo
+        if size == 0:
+            continue
+        y = yidx[yptr[i]]
+        sy = S[i, y]
+        p = 0
+        for j in range(m):
+            if j != y:
+                b[p] = ((S[i, j] - sy) + 1.0) / gamma  # as hinge_block's zero-norm update
+                p += 1
+        bv = b[: m - 1]
+        t, c, _ = topk_threshold(kind, bv, k, 0.0, 1.0, work)
+        q = 0
+        ypos = -1
+        for p in range(size):
+            j = tidx[lo + p]
+            if j == y:
+                ypos = p
+            else:
+                sup[q] = j if j < y else j - 1
+                q += 1
+        projection_jacobian(kind, bv, k, 1.0, t, c, sup[:q], J)
+        base = hptr[i]
+        total = 0.0
+        for p in range(size):
+            if p == ypos:
+                continue
+            pp = p if p < ypos or ypos < 0 else p - 1
+            row = 0.0
+            for p2 in range(size):
+                if p2 == ypos:
+                    continue
+                qq = p2 if p2 < ypos or ypos < 0 else p2 - 1
+                hvals[base + p * size + p2] = J[pp, qq] / gamma
+                row += J[pp, qq]
+            total += row
+            if ypos >= 0:
+                hvals[base + p * size + ypos] = -row / gamma
+                hvals[base + ypos * size + p] = -row / gamma
+        if ypos >= 0:
+            hvals[base + ypos * size + ypos] = total / gamma

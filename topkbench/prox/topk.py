@@ -448,3 +448,83 @@ def project(kind: int, b, k: int, rho: float = 0.0, r: float = 1.0) -> np.ndarra
     out = np.empty_like(b)
     apply_box_threshold(b, t, c, out)
     return out
+
+
+@njit(cache=True)
+def projection_face(kind, k, r, t, c):
+    """The face of the set on which ``x = clip(b - t, 0, c)`` (unbiased, ``rho = 0``, as
+    :func:`topk_threshold` returns it) lies, as ``(K, fixed_sum)``: ``K = 0`` when the caps
+    are the fixed box ``x_j <= r/k`` and ``K > 0`` when they are the cone's ``x_j <= <1,x>/K``
+    (``K = k``, or ``k - 1`` on D_k's cone case); ``fixed_sum`` whether ``<1,x>`` is held
+    (the sum constraint binds, or D_k's face ``<1,x> = (k-1) r/k``).
+
+    Read off the thresholds: the sweeps return the cap ``r/k`` exactly when it binds
+    (Delta_k^alpha's ``c = cmax``, the box sweeps' ``c = cap``), and with ``rho = 0`` an
+    inactive sum constraint gives ``t = rho s = 0`` exactly (:func:`box_sweep_sorted`); D_k's
+    cases (i)-(iii) (module docstring) are: the box with ``c = r/k`` and the sum free (t = 0)
+    or held (the radius, or case (iii)), or the top-(k-1) cone."""
+    if kind == SET_CONE:
+        return k, False
+    if kind == SET_ALPHA:
+        if c >= r / k:
+            return 0, True
+        return k, False
+    if kind == SET_BETA or k <= 2 or c == r / k:
+        return 0, t != 0.0
+    return k - 1, False
+
+
+@njit(cache=True)
+def projection_jacobian(kind, b, k, r, t, c, sup, J):
+    """The (generalized) Jacobian ``dx/db`` of the unbiased projection ``x = clip(b - t, 0,
+    c)`` onto the set ``kind`` (``rho = 0``), restricted to the support ``sup`` (the indices
+    with ``x_j > 0``; it vanishes elsewhere), into ``J[:q, :q]``, ``q = len(sup)``.
+
+    A projection onto a polyhedron is, on the face where it lands, the projection onto that
+    face's affine hull, so its Jacobian is the orthogonal projection onto the hull's
+    direction space T.  With L = {x_j = 0} (v_L = 0 in T), U = {x_j = cap} and M the others
+    (u = |U|, |M| their sizes; :func:`projection_face` gives the face):
+
+    * fixed caps (K = 0): ``v_U = 0``, and ``<1, v_M> = 0`` when the sum is held, so ``J =
+      I_M`` or ``I_M - 1_M 1_M^T / |M|``;
+    * cone caps ``x_j = <1,x>/K`` on U: ``v_U = tau 1_U`` with ``K tau = <1, v_M> + u tau``.
+      T is the subspace of ``V = span{e_j (j in M), 1_U / sqrt(u)}`` orthogonal to ``w = -1_M
+      + ((K - u)/u) 1_U``, hence ``J = I_M + 1_U 1_U^T / u - w w^T / ||w||^2``, ``||w||^2 =
+      |M| + (K - u)^2 / u`` (``J = I_M`` when u = 0; ``1_U 1_U^T / u`` when M is empty).
+
+    On a kink (an entry at a threshold to rounding, a multiplier of 0) the face taken is the
+    one the thresholds assign (``b_j - t >= c`` is capped): its Jacobian is an element of
+    the generalized one, as a semismooth Newton method needs."""
+    q = sup.shape[0]
+    K, fixed_sum = projection_face(kind, k, r, t, c)
+    u = 0
+    for p in range(q):
+        if b[sup[p]] - t >= c:
+            u += 1
+    nm = q - u
+    for p in range(q):
+        for p2 in range(q):
+            J[p, p2] = 0.0
+        if b[sup[p]] - t < c:
+            J[p, p] = 1.0
+    if K == 0:
+        if fixed_sum and nm > 0:
+            for p in range(q):
+                if b[sup[p]] - t < c:
+                    for p2 in range(q):
+                        if b[sup[p2]] - t < c:
+                            J[p, p2] -= 1.0 / nm
+        return
+    if u == 0:
+        return
+    a = (K - u) / u
+    norm2 = nm + a * a * u
+    for p in range(q):
+        capped = b[sup[p]] - t >= c
+        wp = a if capped else -1.0
+        for p2 in range(q):
+            capped2 = b[sup[p2]] - t >= c
+            if capped and capped2:
+                J[p, p2] += 1.0 / u
+            if norm2 > 0.0:
+                J[p, p2] -= wp * (a if capped2 else -1.0) / norm2

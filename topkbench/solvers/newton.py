@@ -41,14 +41,16 @@ The losses, their gradients and (generalized) Hessians in the scores:
   piecewise constant, so this is a semismooth Newton method.
 * SVM^ML_gamma: ``G = sigma * proj_B(z)`` through the bipartite projection, whose Jacobian on
   its face is written out (:meth:`_Derivatives._bipartite_curvature`).
-* The top-k hinges (gamma > 0) and top-k Ent: the gradient is the kernels' block update of a
-  zero-norm example (:func:`topkbench.losses.dispatch.gradient_duals`; it maximizes ``<v, s>
-  - L*(v)``).  For the hinges H_i are its forward differences, symmetrized, along the
-  coordinates of the gradient's support (:func:`topkbench.losses.dispatch.
-  support_hessians`): their gradients are projections onto polytopes, piecewise linear, so
-  off a kink the differences are their (generalized) Jacobians exactly.  Top-k Ent's H_i
-  are written out (:meth:`_Derivatives._topk_ent_hessians`: the Jacobian of the top-k
+* The top-k hinges (gamma > 0): the gradient is the kernels' block update of a zero-norm
+  example (:func:`topkbench.losses.dispatch.gradient_duals`; it maximizes ``<v, s> -
+  L*(v)``), ``M^T`` times a projection onto the loss's top-k set, and ``H_i = M^T J M /
+  gamma`` with J that projection's Jacobian on its face, written out on the gradient's
+  support (:func:`topkbench.prox.topk.projection_jacobian`,
+  :func:`topkbench.losses.topk_hinge.hinge_support_hessians`).  Top-k Ent's H_i
+  are written out too (:meth:`_Derivatives._topk_ent_hessians`: the Jacobian of the top-k
   simplex maximizer on its partition, a diagonal plus rank two, mapped to the scores).
+  Kato's weighted top-k hinge alone differences its gradient (:meth:`_Derivatives.
+  _difference_hessians`).
 
 Every analytic H_i is a diagonal plus at most three signed rank-one terms
 (:class:`Curvature`); the Hessian is assembled from those products, or, for the hinges whose
@@ -124,7 +126,7 @@ from scipy.special import expit, logsumexp
 
 from topkbench.losses import dispatch as _k
 from topkbench.losses import ids
-from topkbench.losses.topk_hinge import is_hinge
+from topkbench.losses.topk_hinge import hinge_support_hessians, is_hinge
 from topkbench.solvers.accelerated import first_stage_gamma, next_stage_gamma
 from topkbench.solvers.hessian_kernels import (
     assemble_support_hessian,
@@ -170,8 +172,9 @@ CG_MAX_ITERATIONS = 500
 # the smoothed hinges' curvature C R^2 / gamma makes those systems long, and accelerated SDCA
 # reaches eps first there (docs/conditioning.md has the measurement)
 NEWTON_CG_LOSSES = (ids.LOSS_LR_MULTI, ids.LOSS_LR_ML, ids.LOSS_LR_OVA)
-# the losses whose gradient and Hessian are written out here; the others take the kernels'
-# gradient and a finite-difference Hessian
+# the losses whose gradient and Hessian are written out here in structured form; the others
+# take the kernels' gradient, with Hessians written on the supports (the top-k hinges), dense
+# (top-k Ent) or differenced (Kato's weighted top-k hinge)
 ANALYTIC_LOSSES = (
     ids.LOSS_LR_MULTI, ids.LOSS_LR_OVA, ids.LOSS_LR_ML, ids.LOSS_SVM_OVA, ids.LOSS_SVM_MULTI,
     ids.LOSS_SVM_ML,
@@ -188,10 +191,10 @@ FENCHEL_YOUNG_LOSSES = (
 # SVM^ML_gamma: the bipartite projection's radius counts as active when sum p is this close
 # to 1 (its kink; either Jacobian is a generalized one there)
 RADIUS_TOL = 1e-12
-# finite-difference step in the scores: relative to gamma for the smoothed hinges (whose
-# gradient is piecewise linear with pieces of size ~gamma), absolute for top-k Ent (curvature
-# ~1): large enough for rounding (~1e-16 / step); a difference across a kink mixes two pieces,
-# which the stall rule of solve_newton catches
+# finite-difference step in the scores (:meth:`_Derivatives._difference_hessians`): relative
+# to gamma for a smoothed hinge (whose gradient is piecewise linear with pieces of size
+# ~gamma), absolute for top-k Ent (curvature ~1): large enough for rounding (~1e-16 / step); a
+# difference across a kink mixes two pieces, which the stall rule of solve_newton catches
 FD_STEP = 1e-6
 # how much dearer per flop a product per class pair runs (d x d outputs) than one product
 # over all pairs (:func:`_add_vech_blocks`), for dense per-example Hessians
@@ -298,7 +301,7 @@ class Curvature(NamedTuple):
     """The Hessians ``H_i`` of the loss in the scores for a block of rows, in one of two forms:
     structured, ``H_i = diag(diag_i) + sum_r sign_r u_ri u_ri^T`` with ``terms = ((sign_r,
     U_r), ...)`` (``U_r`` rows x m; every analytic loss has this form with at most three
-    terms), or ``dense`` (rows x m x m) for the finite-difference Hessians."""
+    terms), or ``dense`` (rows x m x m) for the others."""
 
     diag: np.ndarray | None
     terms: tuple[tuple[float, np.ndarray], ...] = ()
@@ -455,6 +458,8 @@ class _Derivatives:
         lid = self.loss_id
         if lid == ids.LOSS_TOPK_ENT:
             return Curvature(None, (), self._topk_ent_hessians(a, b))
+        if is_hinge(lid) and lid not in ANALYTIC_LOSSES:
+            return Curvature(None, (), self._support_dense(a, b))
         if lid not in ANALYTIC_LOSSES:
             return Curvature(None, (), self._difference_hessians(a, b))
         if lid in (ids.LOSS_LR_OVA, ids.LOSS_SVM_OVA):
@@ -544,9 +549,9 @@ class _Derivatives:
     def support_blocks(self, a: int, b: int):
         """The Hessians of rows ``a:b`` on their supports, as :func:`~topkbench.solvers.
         hessian_kernels.assemble_support_hessian` takes them: ``(tptr, tidx, hptr, hvals)``.
-        Analytic losses restrict their structured form; the others difference the gradient
-        along the support coordinates only (:func:`~topkbench.losses.dispatch.
-        support_hessians`)."""
+        Analytic losses restrict their structured form; the top-k hinges write their
+        projections' Jacobians on the supports (:func:`~topkbench.losses.topk_hinge.
+        hinge_support_hessians`)."""
         if self.loss_id in ANALYTIC_LOSSES:
             curv = self.curvature(a, b)
             U = (
@@ -564,12 +569,22 @@ class _Derivatives:
         tptr, tidx, hptr = _support_index(G[a:b] != 0.0)
         hvals = np.empty(hptr[-1])
         yptr, yidx = self.y
-        self.failures += _k.support_hessians(
+        hinge_support_hessians(
             np.ascontiguousarray(S[a:b]), yptr[a : b + 1] - yptr[a], yidx[yptr[a] : yptr[b]],
-            self.loss_id, gamma, self.k, self.rho, np.ascontiguousarray(G[a:b]),
-            self._fd_step(gamma), tptr, tidx, hptr, hvals,
+            self.loss_id, gamma, self.k, tptr, tidx, hptr, hvals,
         )  # fmt: skip
         return tptr, tidx, hptr, hvals
+
+    def _support_dense(self, a: int, b: int) -> np.ndarray:
+        """The top-k hinges' Hessians of rows ``a:b`` as dense ``rows x m x m`` matrices,
+        scattered from :meth:`support_blocks`."""
+        tptr, tidx, hptr, hvals = self.support_blocks(a, b)
+        m = self.state[0].shape[1]
+        H = np.zeros((b - a, m, m))
+        for i in range(b - a):
+            T = tidx[tptr[i] : tptr[i + 1]]
+            H[i][np.ix_(T, T)] = hvals[hptr[i] : hptr[i + 1]].reshape(T.size, T.size)
+        return H
 
     def _topk_ent_hessians(self, a: int, b: int):
         """Top-k Ent (TPAMI Prop. 17): the Hessians of rows ``a:b`` in the scores, from the
@@ -622,9 +637,10 @@ class _Derivatives:
         return J
 
     def _difference_hessians(self, a: int, b: int):
-        """Forward differences of the kernels' gradient along each score.  The smoothed
-        hinges' gradient is piecewise linear (a projection), so off a kink the difference is
-        its Jacobian exactly; top-k Ent's is smooth (error ~ step)."""
+        """Forward differences of the kernels' gradient along each score (Kato's weighted
+        top-k hinge; the tests' reference for the written ones).  A smoothed hinge's gradient
+        is piecewise linear (a projection), so off a kink the difference is its Jacobian
+        exactly; top-k Ent's is smooth (error ~ step)."""
         S, gamma, G = self.state
         m = S.shape[1]
         cols = np.empty((m, b - a, m))  # cols[c] = d G / d s_c, for every row
@@ -638,7 +654,8 @@ class _Derivatives:
         return 0.5 * (H + H.transpose(0, 2, 1))
 
     def _fd_step(self, gamma: float) -> float:
-        # the finite-difference losses are the top-k hinges and top-k Ent
+        # the differenced gradients: Kato's weighted top-k hinge (piecewise linear, pieces
+        # ~gamma) and, in hess_apply, any loss without a written Hessian
         return FD_STEP * (1.0 if self.loss_id == ids.LOSS_TOPK_ENT else gamma)
 
     def hess_apply(self, T, curv: Curvature | None) -> np.ndarray:
@@ -678,7 +695,7 @@ def _hessian(X, deriv: _Derivatives, C: float, m: int, weights=None) -> np.ndarr
     diag(h_c) X`` over the rows where ``h_ic != 0``, and each rank-one term ``u_i u_i^T (x)
     x_i x_i^T = z_i z_i^T`` with ``z_i = u_i (x) x_i`` gives one symmetric product ``Z^T Z``
     over the rows where ``u_i != 0`` (for the hinges, the examples with a nonzero gradient).
-    Dense ``H_i`` (finite differences, top-k Ent) give every class pair's block at once, from
+    Dense ``H_i`` (top-k Ent, the weighted top-k hinge) give every class pair's block at once, from
     the rows' ``vech(x_i x_i^T)`` (:func:`_add_vech_blocks`), or, when most of their entries
     are 0, block by block over the class pairs' nonzero rows."""
     n, d = X.shape
