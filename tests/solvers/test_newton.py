@@ -793,7 +793,7 @@ def test_woodbury_direction_is_the_dense_newton_step(method, gamma, k, sparse):
     grad = W + C * np.asarray(prob.X.T @ (w[:, None] * G))
     H = _hessian(prob.X, deriv, C, m, prob.weights)
     assert (np.abs(H - np.eye(d * m)) > 0.0).any()
-    want = _newton_step(H, grad.T.reshape(-1)).reshape(m, d).T
+    want = _newton_step(H.copy(), grad.T.reshape(-1)).reshape(m, d).T  # factors in place
     per_call, whole = _GramRows(prob.X), _GramRows(prob.X)
     whole.spent = np.inf  # its first block already takes the whole X X^T
     for gram in (per_call, whole):
@@ -877,3 +877,28 @@ def test_newton_refused_at_a_cold_start_is_offered_again(monkeypatch):
     assert "accelerated_from_epoch" not in model.info
     plain = topkbench.fit(X, Y, "svm_ml", accelerate="never", **kw)
     assert plain.converged and model.primal == pytest.approx(plain.primal, rel=3e-6)
+
+
+def test_newton_step_shifts_an_indefinite_hessian_from_its_original_entries():
+    """A Hessian a few ulps short of positive definite fails the in-place factorization; the
+    retry restores the entries the failed attempt overwrote and solves with the smallest
+    shift ``max diag(H) 10^e`` (e = -12, -10, ...) whose matrix factors: the step equals the
+    solve of a fresh copy of that shifted matrix, and it is a descent direction."""
+    rng = np.random.default_rng(41)
+    r = 60
+    Q, _ = np.linalg.qr(rng.standard_normal((r, r)))
+    lam = np.geomspace(1e-3, 1e3, r)
+    lam[0] = -1e-7  # indefinite beyond rounding; a shift of 1e-8 max diag is not enough
+    H = (Q * lam) @ Q.T
+    H = 0.5 * (H + H.T)
+    g = rng.standard_normal(r)
+    scale = float(np.diag(H).max())
+    for e in range(-12, 2, 2):
+        shifted = H + scale * 10.0**e * np.eye(r)
+        if np.linalg.eigvalsh(shifted).min() > 0.0:
+            break
+    want = np.linalg.solve(shifted, -g)
+    got = _newton_step(H.copy(), g)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6 * np.abs(want).max())
+    assert float(g @ got) < 0.0
+    assert _newton_step(np.full((3, 3), np.nan), np.ones(3)) is None

@@ -157,3 +157,23 @@ def topk_ent_hessian_rows(x_m, capped, y, g11, g12, g22, J):
         for p in range(m):
             J[i, p, yi] -= r[p]
         J[i, yi, yi] += total
+
+
+@njit(cache=True)
+def woodbury_system(K, idx, R, C, M):
+    """``M = I + C (R R^T) o K[idx][:, idx]`` (``o`` elementwise), the Woodbury system of
+    :func:`~topkbench.solvers.newton._woodbury_direction`: row p of ``R`` is a curvature
+    direction (in the classes) of the example whose row and column of the Gram matrix ``K``
+    are ``idx[p]``.  One pass over the symmetric system, without gathering the Gram block
+    first."""
+    r, m = R.shape
+    for p in range(r):
+        kp = idx[p]
+        for q in range(p + 1):
+            dot = 0.0
+            for c in range(m):
+                dot += R[p, c] * R[q, c]
+            v = C * dot * K[kp, idx[q]]
+            M[p, q] = v
+            M[q, p] = v
+        M[p, p] += 1.0

@@ -120,8 +120,8 @@ import time
 from typing import NamedTuple
 
 import numpy as np
-import scipy.linalg
 import scipy.sparse as sp
+from scipy.linalg.lapack import dpotrf, dpotrs
 from scipy.special import expit, logsumexp
 
 from topkbench.losses import dispatch as _k
@@ -132,6 +132,7 @@ from topkbench.solvers.hessian_kernels import (
     assemble_support_hessian,
     structured_support_blocks,
     topk_ent_hessian_rows,
+    woodbury_system,
 )
 from topkbench.solvers.problem import Run, SDCAProblem, features_t_dot, relative_gap
 
@@ -973,15 +974,17 @@ class _GramRows:
         K = X @ X.T
         return K.toarray() if sp.issparse(K) else np.asarray(K)
 
-    def block(self, rows, X_rows) -> np.ndarray:
-        """``X_rows X_rows^T`` for ``X_rows = X[rows]``."""
+    def block(self, rows, X_rows, pos, owner):
+        """A Gram matrix and indices into it for the system's rows: ``X_rows X_rows^T`` (for
+        ``X_rows = X[rows]``) with ``pos``, or the whole ``X X^T`` with ``owner`` (the
+        example of each row, ``rows[pos]``)."""
         n = self.X.shape[0]
         if self.full is None:
             self.spent += float(rows.size) ** 2
             if self.spent < float(n) ** 2:
-                return self._gram(X_rows)
+                return self._gram(X_rows), pos
             self.full = self._gram(self.X)
-        return self.full.take(rows, axis=0).take(rows, axis=1)
+        return self.full, owner
 
 
 def _woodbury_direction(prob: SDCAProblem, deriv: _Derivatives, C: float, grad,
@@ -1036,10 +1039,9 @@ def _woodbury_direction(prob: SDCAProblem, deriv: _Derivatives, C: float, grad,
         return None
     active, pos = np.unique(owner, return_inverse=True)
     Xa = prob.X[active]
-    M = R @ R.T
-    M *= gram.block(active, Xa).take(pos, axis=0).take(pos, axis=1)
-    M *= C
-    M[np.diag_indices_from(M)] += 1.0
+    K, idx = gram.block(active, Xa, pos, owner)
+    M = np.empty((owner.size, owner.size))
+    woodbury_system(K, idx, R, C, M)
     b = np.einsum("pc,pc->p", R, np.asarray(Xa @ grad)[pos])
     z = _newton_step(M, b)  # -M^{-1} b
     if z is None:
@@ -1050,22 +1052,29 @@ def _woodbury_direction(prob: SDCAProblem, deriv: _Derivatives, C: float, grad,
 
 
 def _newton_step(H, grad):
-    """``-H^{-1} grad`` by Cholesky.  H = I + C sum H_i (x) x_i x_i^T is positive definite
-    in exact arithmetic, but rounded H_i leave eigenvalues a few ulps of ``max H`` below zero,
-    and finite-difference H_i straddling a kink (all scores tied, as at W = 0) can be
-    indefinite; the diagonal is then shifted by ``max diag(H)`` times 1e-12, 1e-10, ..., 10
-    until the factorization succeeds (a Levenberg step: still a descent direction).  None if
-    even that fails (non-finite H)."""
+    """``-H^{-1} grad`` by Cholesky, factoring the symmetric ``H`` in place (LAPACK on its
+    column-major view: no copy).  H = I + C sum H_i (x) x_i x_i^T is positive definite in
+    exact arithmetic, but rounded H_i leave eigenvalues a few ulps of ``max H`` below zero,
+    and difference H_i straddling a kink (all scores tied, as at W = 0) can be indefinite;
+    the diagonal is then shifted by ``max diag(H)`` times 1e-12, 1e-10, ..., 10 until the
+    factorization succeeds (a Levenberg step: still a descent direction), each attempt from
+    H's original entries.  None if even that fails (non-finite H)."""
     if not np.isfinite(H).all():
         return None
-    scale = float(np.diag(H).max())
+    diag = np.diag(H).copy()
+    scale = float(diag.max())
+    F = H.T  # LAPACK's column-major view (H is symmetric): factored in place, no copy
     for shift in (0.0, *(scale * 10.0**e for e in range(-12, 2, 2))):
-        try:
-            factor = scipy.linalg.cho_factor(H + shift * np.eye(H.shape[0]) if shift else H,
-                                             check_finite=False)  # fmt: skip
-            return scipy.linalg.cho_solve(factor, -grad, check_finite=False)
-        except (np.linalg.LinAlgError, ValueError):
-            continue
+        if shift:
+            # a failed factorization overwrote F's lower triangle, i.e. H's upper one
+            upper = np.triu_indices(H.shape[0], 1)
+            H[upper] = F[upper]
+            H[np.diag_indices_from(H)] = diag + shift
+        factor, info = dpotrf(F, lower=1, clean=0, overwrite_a=1)
+        if info == 0:
+            step, info = dpotrs(factor, -grad, lower=1)
+            if info == 0:
+                return step
     return None
 
 
