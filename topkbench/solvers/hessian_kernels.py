@@ -164,16 +164,23 @@ def woodbury_system(K, idx, R, C, M):
     """``M = I + C (R R^T) o K[idx][:, idx]`` (``o`` elementwise), the Woodbury system of
     :func:`~topkbench.solvers.newton._woodbury_direction`: row p of ``R`` is a curvature
     direction (in the classes) of the example whose row and column of the Gram matrix ``K``
-    are ``idx[p]``.  One pass over the symmetric system, without gathering the Gram block
-    first."""
+    are ``idx[p]``.  Row by row, without gathering the Gram block first: each row is
+    accumulated over the m classes in a contiguous buffer (both triangles: writing the
+    mirror image by columns costs more than the arithmetic it saves)."""
     r, m = R.shape
+    RT = np.ascontiguousarray(R.T)
+    acc = np.empty(r)
     for p in range(r):
-        kp = idx[p]
-        for q in range(p + 1):
-            dot = 0.0
-            for c in range(m):
-                dot += R[p, c] * R[q, c]
-            v = C * dot * K[kp, idx[q]]
-            M[p, q] = v
-            M[q, p] = v
-        M[p, p] += 1.0
+        for q in range(r):
+            acc[q] = 0.0
+        for c in range(m):
+            rp = R[p, c]
+            if rp != 0.0:
+                row = RT[c]
+                for q in range(r):
+                    acc[q] += rp * row[q]
+        Kp = K[idx[p]]
+        out = M[p]
+        for q in range(r):
+            out[q] = C * acc[q] * Kp[idx[q]]
+        out[p] += 1.0
