@@ -85,8 +85,11 @@ MULTICLASS = [
 ]
 
 
+# Newton's written Hessians on D_k's cone faces, which need k >= 3
+NEWTON_ONLY = [("topk_svm_alpha", 3, 0.0, 1.0, True)]
 NEWTON_CASES = [
-    pytest.param(*case, "newton", id=f"{case[0]}-{case[2]}-newton") for case in MULTICLASS
+    pytest.param(*case, "newton", id=f"{case[0]}-{case[1]}-{case[2]}-newton")
+    for case in MULTICLASS + NEWTON_ONLY
 ]
 
 
@@ -123,7 +126,9 @@ def test_multilabel_reaches_cvxpy_optimum(method, gamma, sparse, phase):
     assert ml_dual_value(X, Y, model.A, method, gamma, 1.0) == pytest.approx(model.dual, rel=1e-10)
 
 
-WOODBURY_MULTICLASS = [case for case in MULTICLASS if case[0].startswith(("svm", "topk_svm"))]
+WOODBURY_MULTICLASS = [
+    case for case in MULTICLASS + NEWTON_ONLY if case[0].startswith(("svm", "topk_svm"))
+]
 
 
 @pytest.mark.parametrize("method,k,gamma,C,sparse", WOODBURY_MULTICLASS)
