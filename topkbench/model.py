@@ -251,7 +251,8 @@ def fit(
     max_epochs, time_limit : budgets; stopping on them warns with ``ConvergenceWarning``.
     eval_every : epochs between duality-gap certificates (SDCA), or ``"auto"`` (default:
         :func:`topkbench.solvers.sdca.auto_batch`, a deterministic schedule that keeps the
-        certificates at about a fifth of the run).
+        certificates at about a fifth of the run, and at a few per cent of a long run that no
+        certificate can hand over to a faster phase).
     seed : drives the per-epoch permutations.
     warm_start : a model of the same method on the same data (e.g. the previous C on a path),
         its :meth:`Model.warm_state`, or a pair ``(C_old, A_old)``; the dual is rescaled by

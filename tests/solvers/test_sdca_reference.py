@@ -810,7 +810,7 @@ def test_example_gaps_sum_to_the_duality_gap(method, gamma):
 
 
 def test_auto_batch_schedule():
-    from topkbench.solvers.problem import AUTO_COST_FACTOR, TracePoint, auto_batch
+    from topkbench.solvers.problem import AUTO_COST_FACTOR, AUTO_GROWTH, TracePoint, auto_batch
 
     def tr(*pts):
         return [TracePoint(e, 1.0, 0.0, g, 0.0) for e, g in pts]
@@ -824,6 +824,13 @@ def test_auto_batch_schedule():
     # no decrease: the cap; at least one epoch
     assert auto_batch(tr((0, 0.5), (2, 0.6)), 1e-3, 100, 100) == int(AUTO_COST_FACTOR)
     assert auto_batch(tr((0, 1.0), (1, 1e-2)), 9e-3, 100, 100) == 1
+    # a long run that no certificate can hand over (grow): an eighth of its epochs
+    # (AUTO_GROWTH), still cut where eps is predicted; one that may hand over keeps the cap
+    slow = tr((390, 0.5), (400, 0.49))
+    assert auto_batch(slow, 1e-3, 100, 100, grow=True) == int(AUTO_GROWTH * 400)
+    assert auto_batch(slow, 0.48, 100, 100, grow=True) == 11
+    assert auto_batch(slow, 1e-3, 100, 100) == int(AUTO_COST_FACTOR)
+    assert auto_batch(slow, 1e-3, 100, 100, cap=7, grow=True) == 7  # a cap given is kept
 
 
 @pytest.mark.parametrize("take", [False, True])
@@ -844,3 +851,33 @@ def test_warm_dual_is_copied_unless_handed_over(take):
         assert not np.array_equal(A0, kept)  # updated in place: no copy was made
     else:
         np.testing.assert_array_equal(A0, kept)
+
+
+def test_certificates_spread_out_on_runs_no_certificate_can_hand_over(monkeypatch):
+    """Plain SDCA that no later certificate can hand over (``accelerate="never"``, or
+    ``"auto"`` where the predicted-epochs rule prices the Woodbury route as never paying)
+    certifies at a growing fraction of its epochs; a run that may still hand over keeps the
+    cap of four epochs between certificates.  Same permutations, so the same epochs' duals."""
+    import topkbench.solvers.newton as newton
+    from topkbench.solvers.plan import can_hand_over
+    from topkbench.solvers.problem import AUTO_GROWTH, SDCAProblem
+
+    X, y = make_tiny(60, 4, 5, 61)
+    X = X * np.array([10.0, 1.0, 1.0, 0.1])  # slow, but C R^2 below ACCEL_MIN_CONDITION
+    lid = get_method("svm_multi").loss_id
+    prob = SDCAProblem(X, y, gram=False, n_classes=5, loss_id=lid, k=1)
+    assert prob.r2 < 1000.0
+    assert not can_hand_over(prob, "never", 1.0, 0.0, 1e-3)
+    assert can_hand_over(prob, "auto", 1.0, 0.0, 1e-3)  # dense Newton is priced
+    monkeypatch.setattr(newton, "NEWTON_MAX_DIM", 1)  # the Woodbury route ...
+    monkeypatch.setattr(newton, "WOODBURY_MAX_ROWS", 10)  # ... refused at this n
+    assert not can_hand_over(prob, "auto", 1.0, 0.0, 1e-3)
+    kw = dict(
+        n_classes=5, loss_id=lid, C=1.0, eps=1e-12, max_epochs=400, warn=False, eval_every="auto"
+    )
+    spread = solve_sdca(X, y, accelerate="never", **kw)
+    steps = np.diff([p.epoch for p in spread.trace])
+    assert steps.max() >= int(AUTO_GROWTH * 300) and len(spread.trace) < 60
+    monkeypatch.undo()
+    kept = solve_sdca(X, y, accelerate="auto", **{**kw, "eps": 1e-3, "max_epochs": 40})
+    assert np.diff([p.epoch for p in kept.trace]).max() <= 4

@@ -119,6 +119,23 @@ def hand_over(run: Run, prob: SDCAProblem, accelerate: str, C: float, gamma: flo
     return predicted_epochs(run) > ACCEL_PREDICTED_FACTOR * run.epochs
 
 
+def can_hand_over(prob: SDCAProblem, accelerate: str, C: float, gamma: float, eps: float) -> bool:
+    """Whether :func:`hand_over` can say yes at some later certificate of this run (no:
+    ``"never"``, or ``"auto"`` below :data:`ACCEL_MIN_CONDITION` where the predicted-epochs
+    rule does not watch the run or prices the second-order phase as never paying, as for
+    corel5k's SVM^ML, past the Woodbury route's size)."""
+    if accelerate == "never" or prob.n == 0:
+        return False
+    cond = condition_number(prob, C, gamma)
+    if accelerate in ("catalyst", "newton"):
+        return cond > 1.0
+    if cond < ACCEL_MIN_CONDITION:
+        return _predicted_rule(_second_order_of(prob), eps) and math.isfinite(
+            newton_cost_epochs(prob, _smooth(prob.loss_id, gamma))
+        )
+    return True
+
+
 def takes_newton(prob: SDCAProblem, accelerate: str) -> bool:
     """At a hand-over: Newton (or Newton-CG) first, rather than accelerated SDCA."""
     return accelerate != "catalyst" and _second_order_of(prob) is not None
@@ -176,5 +193,6 @@ def describe(phases: tuple[Phase, ...]) -> str:
     return " -> ".join(str(p) for p in phases)
 
 
-__all__ = ["ACCELERATE_MODES", "NEWTON_RETRY_EPOCHS", "Phase", "describe", "hand_over", "plan",
+__all__ = ["ACCELERATE_MODES", "NEWTON_RETRY_EPOCHS", "Phase", "can_hand_over", "describe",
+           "hand_over", "plan",
            "predicted_epochs", "second_order", "takes_newton"]  # fmt: skip

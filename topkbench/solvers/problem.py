@@ -379,10 +379,20 @@ class SDCAProblem:
 
 
 AUTO_COST_FACTOR = 4.0
+# ... and, for a long run that no certificate can hand over, at a fraction of the epochs it
+# has run: a fit that needs 1,000 epochs then pays ~40 certificates instead of ~250 (a
+# certificate costs about an epoch), while one near eps stops within that fraction of its
+# epochs (earlier where the last two gaps predict eps)
+AUTO_GROWTH = 0.125
 
 
 def auto_batch(
-    trace: list[TracePoint], eps: float, n: int, n_active: int, cap: int | None = None
+    trace: list[TracePoint],
+    eps: float,
+    n: int,
+    n_active: int,
+    cap: int | None = None,
+    grow: bool = False,
 ) -> int:
     """Epochs to run before the next certificate when ``eval_every="auto"``.
 
@@ -390,7 +400,12 @@ def auto_batch(
     about one full epoch of SDCA or less (two BLAS products of 2 n d m flops each, against the
     epoch's ~4 n d m flops at a lower speed); an epoch with shrinking visits only ``n_active``
     examples.  So the batch is capped at ``AUTO_COST_FACTOR * n / n_active`` epochs, which keeps the
-    certificates at about a fifth of the run or less.  Within the cap the batch ends where the gap
+    certificates at about a fifth of the run or less; with ``grow`` (plain SDCA that no later
+    certificate can hand over, :func:`~topkbench.solvers.plan.can_hand_over`), at
+    ``AUTO_GROWTH`` times the epochs run so far where that is larger: a run of thousands of
+    epochs then spends a few per cent of them on certificates, and as the batches grow
+    geometrically it stops at most that fraction past the epoch a certificate after every
+    epoch would have found.  Within the cap the batch ends where the gap
     is predicted to reach ``eps``, extrapolating the decay per epoch of the last two trace points
     (linear convergence); SDCA's gap decays at least that fast for the smooth losses and more slowly
     for the nonsmooth ones, so the prediction is seldom late. The first batch is one epoch (a rate
@@ -400,9 +415,11 @@ def auto_batch(
     """
     if len(trace) < 2:
         return 1
+    prev, last = trace[-2], trace[-1]
     if cap is None:
         cap = max(1, int(AUTO_COST_FACTOR * n / max(n_active, 1)))
-    prev, last = trace[-2], trace[-1]
+        if grow:
+            cap = max(cap, int(AUTO_GROWTH * last.epoch))
     g0, g1 = prev.relative_gap, last.relative_gap
     if not (eps < g1 < g0) or last.epoch <= prev.epoch:
         return cap

@@ -29,6 +29,7 @@ from topkbench.solvers.newton import solve_newton
 from topkbench.solvers.plan import (
     ACCELERATE_MODES,
     NEWTON_RETRY_EPOCHS,
+    can_hand_over,
     hand_over,
     takes_newton,
 )
@@ -121,7 +122,9 @@ def solve_sdca(
     resynchronization, no certificate): the benchmarks' per-epoch timings.
 
     ``eval_every="auto"``: the epochs between certificates are chosen by :func:`auto_batch`
-    (from the trace and the active-set size only, so the run stays reproducible).
+    (from the trace, the active-set size and whether a later certificate can still hand the
+    run over, :func:`~topkbench.solvers.plan.can_hand_over`; no timings, so the run stays
+    reproducible).
 
     Shrinking (``shrink=True``): every certificate evaluation also yields each example's
     Fenchel-Young gap ``g_i`` (:func:`topkbench.losses.dispatch.objective_terms`; ``sum_i g_i``
@@ -224,9 +227,9 @@ def solve_sdca(
             active = _active_set(gaps, A)
             continue
         if eval_every == "auto":
-            batch = run.clip_batch(
-                auto_batch(run.trace, eps, n, n if active is None else int(active.sum()))
-            )
+            n_active = n if active is None else int(active.sum())
+            grow = not can_hand_over(prob, accelerate, C, gamma, eps)
+            batch = run.clip_batch(auto_batch(run.trace, eps, n, n_active, grow=grow))
         else:
             batch = run.clip_batch(int(eval_every))
         perms = run.permutations(batch, active)
