@@ -888,3 +888,44 @@ def test_projection_jacobian_is_the_derivative(kind, problem, seed):
     assume(partition(kind, b + h * d, k, r) == here == partition(kind, b - h * d, k, r))
     diff = (project(kind, b + h * d, k, 0.0, r) - project(kind, b - h * d, k, 0.0, r)) / (2 * h)
     np.testing.assert_allclose(diff, J @ d, atol=1e-5 * max(1.0, float(np.abs(d).max())))
+
+
+def one_sided(kind, b, k, d, h):
+    """The projection's one-sided differences along ``d`` at ``b``."""
+    x = project(kind, b, k)
+    return (project(kind, b + h * d, k) - x) / h, (x - project(kind, b - h * d, k)) / h
+
+
+# tied groups that the sweeps cap by construction (t = b_j - c exactly), where the projection
+# is locally affine: the cone's first piece, a full top group of the box, D_k's radius
+@pytest.mark.parametrize("kind,b,k", [
+    (SET_ALPHA, [1.65, 4.95, 0.0, 1.65], 3),
+    (SET_CONE, [1.0, 1.0, 0.3, 0.3, -3.0], 4),
+    (SET_BETA, [108.0, 20.0, 64.0, 64.0, 20.0, 20.0], 3),
+    (SET_DK, [80.0, 40.0, 80.0, 20.0, 20.0, 80.0], 3),
+])  # fmt: skip
+def test_projection_jacobian_of_tied_groups_at_the_cap(kind, b, k):
+    b = np.array(b)
+    J, _, _ = jacobian(kind, b, k)
+    h = 1e-7 * float(np.abs(b).max())
+    for d in np.eye(b.size):
+        plus, minus = one_sided(kind, b, k, d, h)
+        np.testing.assert_allclose(plus, minus, atol=1e-6)  # differentiable here
+        np.testing.assert_allclose(J @ d, plus, atol=1e-6)
+
+
+@settings(max_examples=200)
+@given(kind=st.sampled_from(ALL_KINDS), n=st.integers(3, 7), data=st.data())
+def test_projection_jacobian_on_integer_ties(kind, n, data):
+    """On integer-valued vectors (ties everywhere, thresholds often exactly at an entry),
+    wherever the projection is differentiable along a coordinate (its one-sided differences
+    agree), J's column is that derivative, whatever face the thresholds' rounding suggests."""
+    k = data.draw(st.integers(1, n - 1))
+    b = np.array(data.draw(st.lists(st.integers(-3, 4), min_size=n, max_size=n)), float)
+    b *= data.draw(st.sampled_from([0.1, 0.3, 1.0, 2.2, 20.0]))
+    J, _, _ = jacobian(kind, b, k)
+    h = 1e-7 * max(1.0, float(np.abs(b).max()))
+    for d in np.eye(n):
+        plus, minus = one_sided(kind, b, k, d, h)
+        if np.abs(plus - minus).max() < 1e-6:
+            np.testing.assert_allclose(J @ d, plus, atol=1e-5)

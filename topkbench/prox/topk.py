@@ -97,6 +97,8 @@ SET_DK = 2
 SET_CONE = 3
 
 _INF = math.inf
+# relative rounding within which an entry counts as capped (projection_jacobian)
+_CAP_ROUNDING = 8.0 * 2.220446049250313e-16
 
 
 @njit(cache=True)
@@ -475,6 +477,13 @@ def projection_face(kind, k, r, t, c):
 
 
 @njit(cache=True)
+def _at_cap(bj, t, c):
+    """Whether ``clip(b_j - t, 0, c)`` is at its cap ``c``, up to the rounding of ``b_j - t``
+    (a few ulps of the larger operand)."""
+    return bj - t >= c - _CAP_ROUNDING * max(abs(bj), abs(t), c)
+
+
+@njit(cache=True)
 def projection_jacobian(kind, b, k, r, t, c, sup, J):
     """The (generalized) Jacobian ``dx/db`` of the unbiased projection ``x = clip(b - t, 0,
     c)`` onto the set ``kind`` (``rho = 0``), restricted to the support ``sup`` (the indices
@@ -492,27 +501,30 @@ def projection_jacobian(kind, b, k, r, t, c, sup, J):
       + ((K - u)/u) 1_U``, hence ``J = I_M + 1_U 1_U^T / u - w w^T / ||w||^2``, ``||w||^2 =
       |M| + (K - u)^2 / u`` (``J = I_M`` when u = 0; ``1_U 1_U^T / u`` when M is empty).
 
-    On a kink (an entry at a threshold to rounding, a multiplier of 0) the face taken is the
-    one the thresholds assign (``b_j - t >= c`` is capped): its Jacobian is an element of
-    the generalized one, as a semismooth Newton method needs."""
+    An entry counts as capped when ``b_j - t`` reaches ``c`` to a few roundings
+    (:func:`_at_cap`): the sweeps put ``t`` at ``b_j - c`` exactly where a group of entries
+    is capped by construction (the cone's first piece, a box whose top group is full), and
+    ``b_j - (b_j - c)`` may round below ``c``, which would move a tied group into M where the
+    projection is locally constant.  On a true kink (a multiplier of 0) either face's
+    Jacobian is an element of the generalized one, as a semismooth Newton method needs."""
     q = sup.shape[0]
     K, fixed_sum = projection_face(kind, k, r, t, c)
     u = 0
     for p in range(q):
-        if b[sup[p]] - t >= c:
+        if _at_cap(b[sup[p]], t, c):
             u += 1
     nm = q - u
     for p in range(q):
         for p2 in range(q):
             J[p, p2] = 0.0
-        if b[sup[p]] - t < c:
+        if not _at_cap(b[sup[p]], t, c):
             J[p, p] = 1.0
     if K == 0:
         if fixed_sum and nm > 0:
             for p in range(q):
-                if b[sup[p]] - t < c:
+                if not _at_cap(b[sup[p]], t, c):
                     for p2 in range(q):
-                        if b[sup[p2]] - t < c:
+                        if not _at_cap(b[sup[p2]], t, c):
                             J[p, p2] -= 1.0 / nm
         return
     if u == 0:
@@ -520,10 +532,10 @@ def projection_jacobian(kind, b, k, r, t, c, sup, J):
     a = (K - u) / u
     norm2 = nm + a * a * u
     for p in range(q):
-        capped = b[sup[p]] - t >= c
+        capped = _at_cap(b[sup[p]], t, c)
         wp = a if capped else -1.0
         for p2 in range(q):
-            capped2 = b[sup[p2]] - t >= c
+            capped2 = _at_cap(b[sup[p2]], t, c)
             if capped and capped2:
                 J[p, p2] += 1.0 / u
             if norm2 > 0.0:

@@ -77,8 +77,8 @@ def _predicted_rule(second: str | None, eps: float) -> bool:
     """Whether a well-conditioned run is watched for the predicted-epochs rule of
     :func:`hand_over`: dense Newton or Woodbury steps, and eps within a continuation's reach
     (:data:`PREDICTED_MIN_EPS`).  The continuation's stages keep gamma at 0.1 or above while
-    they pay (:data:`~topkbench.solvers.newton.PROX_MIN_GAMMA`), where the finite-difference
-    Hessians of the hinges without an analytic one are as good as analytic ones."""
+    they pay (:data:`~topkbench.solvers.newton.PROX_MIN_GAMMA`), where even the differenced
+    Hessians of Kato's weighted hinge (the one loss without written ones) are accurate."""
     return second in ("newton", "newton-woodbury") and eps >= PREDICTED_MIN_EPS
 
 
