@@ -810,7 +810,13 @@ def test_example_gaps_sum_to_the_duality_gap(method, gamma):
 
 
 def test_auto_batch_schedule():
-    from topkbench.solvers.problem import AUTO_COST_FACTOR, AUTO_GROWTH, TracePoint, auto_batch
+    from topkbench.solvers.problem import (
+        AUTO_COST_FACTOR,
+        AUTO_GROWTH,
+        AUTO_MAX_ENTRIES,
+        TracePoint,
+        auto_batch,
+    )
 
     def tr(*pts):
         return [TracePoint(e, 1.0, 0.0, g, 0.0) for e, g in pts]
@@ -831,6 +837,9 @@ def test_auto_batch_schedule():
     assert auto_batch(slow, 0.48, 100, 100, grow=True) == 11
     assert auto_batch(slow, 1e-3, 100, 100) == int(AUTO_COST_FACTOR)
     assert auto_batch(slow, 1e-3, 100, 100, cap=7, grow=True) == 7  # a cap given is kept
+    # the batch's permutations stay within AUTO_MAX_ENTRIES indices
+    big = AUTO_MAX_ENTRIES // 20
+    assert auto_batch(slow, 1e-3, big, big, grow=True) == 20
 
 
 @pytest.mark.parametrize("take", [False, True])

@@ -384,6 +384,8 @@ AUTO_COST_FACTOR = 4.0
 # certificate costs about an epoch), while one near eps stops within that fraction of its
 # epochs (earlier where the last two gaps predict eps)
 AUTO_GROWTH = 0.125
+# ... but not past this many permutation entries per batch (32 MB of int64 indices)
+AUTO_MAX_ENTRIES = 1 << 22
 
 
 def auto_batch(
@@ -419,7 +421,8 @@ def auto_batch(
     if cap is None:
         cap = max(1, int(AUTO_COST_FACTOR * n / max(n_active, 1)))
         if grow:
-            cap = max(cap, int(AUTO_GROWTH * last.epoch))
+            # the batch's permutations are drawn at once (Run.permutations): bounded memory
+            cap = max(cap, min(int(AUTO_GROWTH * last.epoch), AUTO_MAX_ENTRIES // max(n, 1)))
     g0, g1 = prev.relative_gap, last.relative_gap
     if not (eps < g1 < g0) or last.epoch <= prev.epoch:
         return cap
