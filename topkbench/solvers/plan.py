@@ -102,14 +102,12 @@ def hand_over(run: Run, prob: SDCAProblem, accelerate: str, C: float, gamma: flo
       newton_cost_epochs`: a continuation for a nonsmooth hinge, a few iterations for a
       smooth loss).
     """
-    if accelerate == "never" or run.n == 0:
+    if not can_hand_over(prob, accelerate, C, gamma, run.eps):
         return False
-    cond = condition_number(prob, C, gamma)
     if accelerate in ("catalyst", "newton"):
-        return cond > 1.0
-    if cond < ACCEL_MIN_CONDITION:
-        watched = _predicted_rule(_second_order_of(prob), run.eps)
-        if not watched or run.epochs < PREDICTED_MIN_EPOCHS:
+        return True
+    if condition_number(prob, C, gamma) < ACCEL_MIN_CONDITION:  # watched, priced finite
+        if run.epochs < PREDICTED_MIN_EPOCHS:
             return False
         return predicted_epochs(run) > newton_cost_epochs(prob, _smooth(prob.loss_id, gamma))
     if _second_order_of(prob) is not None:
@@ -120,10 +118,11 @@ def hand_over(run: Run, prob: SDCAProblem, accelerate: str, C: float, gamma: flo
 
 
 def can_hand_over(prob: SDCAProblem, accelerate: str, C: float, gamma: float, eps: float) -> bool:
-    """Whether :func:`hand_over` can say yes at some later certificate of this run (no:
-    ``"never"``, or ``"auto"`` below :data:`ACCEL_MIN_CONDITION` where the predicted-epochs
-    rule does not watch the run or prices the second-order phase as never paying, as for
-    corel5k's SVM^ML, past the Woodbury route's size)."""
+    """Whether :func:`hand_over` can say yes at some certificate of this run, whatever its
+    trace (its rules that depend on the problem alone; no: ``"never"``, or ``"auto"`` below
+    :data:`ACCEL_MIN_CONDITION` where the predicted-epochs rule does not watch the run or
+    prices the second-order phase as never paying, as for corel5k's SVM^ML, past the
+    Woodbury route's size)."""
     if accelerate == "never" or prob.n == 0:
         return False
     cond = condition_number(prob, C, gamma)
