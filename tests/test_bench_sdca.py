@@ -166,6 +166,16 @@ def test_delicious_shape_times_multilabel_epochs_against_the_csr_bound():
         assert 0.0 < r.sec_per_certificate < 10.0
 
 
+@pytest.mark.parametrize("shape", ["gaussian", "delicious"])
+def test_float32_rows_time_float32_passes(shape):
+    """``--float32``: the features are float32 and every timed epoch ran its passes in
+    float32 (dense and CSR kernels); without it, none did."""
+    kw = dict(shape=shape, n=80, d=12, m=9, epochs=2, peak_gflops=7.0)
+    kw["methods"] = (("svm_ml", 1.0, 1),) if shape == "delicious" else (("svm_multi", 0.0, 1),)
+    assert [r.precision for r in bench_sdca(**kw, float32=True)] == ["float32"]
+    assert [r.precision for r in bench_sdca(**kw)] == ["float64"]
+
+
 def test_delicious_problem_is_seeded_sparse_and_labelled():
     X, Y = make_delicious_problem(300, 40, 30, seed=3, nnz_per_row=5.0, labels_per_row=4.0)
     X2, Y2 = make_delicious_problem(300, 40, 30, seed=3, nnz_per_row=5.0, labels_per_row=4.0)

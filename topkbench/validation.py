@@ -24,13 +24,13 @@ def _first_nonfinite(values, rows: int = 16_384):
 
 
 def check_features(X, name: str = "X"):
-    """Return X as a float64 ndarray or CSR, or as is when it is a dense float32 array (a
-    memory-mapped float32 matrix is not copied; SDCA trains on it directly); refuse NaN/Inf,
-    wrong rank, empty input."""
+    """Return X as a float64 ndarray or CSR, as is when it is a dense float32 array (a
+    memory-mapped float32 matrix is not copied; SDCA trains on it directly), or as a float32
+    CSR when its values are float32; refuse NaN/Inf, wrong rank, empty input."""
     if sp.issparse(X):
         if X.dtype.kind == "c":
             raise InputError(f"{name} is complex; features must be real numbers")
-        X = sp.csr_matrix(X, dtype=np.float64)
+        X = sp.csr_matrix(X, dtype=np.float32 if X.dtype == np.float32 else np.float64)
         values = X.data
     else:
         kind = (np.asarray(X) if not isinstance(X, np.ndarray) else X).dtype.kind

@@ -66,13 +66,18 @@ def test_lr_ova_block_zero_norm_example():
 
 
 def test_aligned_zeros_rows_start_on_cache_lines():
-    """The epoch kernel's padded W and pass vectors: zeros, C-contiguous, the first element on
-    a 64-byte boundary, so every row is when the width is a multiple of 8."""
-    from topkbench.solvers.epochs import _aligned_zeros
+    """The epoch kernel's padded W and pass vectors: zeros of the prototype's dtype,
+    C-contiguous, the first element on a 64-byte boundary, so every row is when the width is
+    a whole number of 64-byte vectors (8 float64, 16 float32: ``_padded_width``)."""
+    from topkbench.solvers.epochs import _aligned_zeros, _padded_width
 
-    for r, c in [(128, 104), (4, 8), (3, 5)]:
-        a = _aligned_zeros(r, c)
-        assert a.shape == (r, c) and a.flags["C_CONTIGUOUS"] and not a.any()
-        assert a.ctypes.data % 64 == 0
-        if c % 8 == 0:
-            assert all(a[i].ctypes.data % 64 == 0 for i in range(r))
+    for like in (np.zeros(1), np.zeros(1, dtype=np.float32)):
+        lanes = 64 // like.itemsize
+        assert [_padded_width(c, like) for c in (1, lanes, lanes + 1)] == [lanes, lanes, 2 * lanes]
+        for r, c in [(128, 104), (4, 8), (3, 5), (6, 16)]:
+            a = _aligned_zeros(r, c, like)
+            assert a.shape == (r, c) and a.dtype == like.dtype
+            assert a.flags["C_CONTIGUOUS"] and not a.any()
+            assert a.ctypes.data % 64 == 0
+            if c % lanes == 0:
+                assert all(a[i].ctypes.data % 64 == 0 for i in range(r))

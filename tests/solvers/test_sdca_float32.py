@@ -117,3 +117,93 @@ def test_csr_scores_match_scipy(monkeypatch, blocked):
     assert not got[[0, 100, 256]].any()
     np.testing.assert_allclose(S.evaluate_objective(X, y, A, W, 1, 0.7, 0.0, 1), want_obj,
                                rtol=1e-13)  # fmt: skip
+
+
+def _kernel_state(sparse, method, gamma, k, single, epochs=2):
+    """A dual and W after one double epoch from 0, then ``epochs`` epochs of the double or
+    the single kernels with the same permutations."""
+
+    rng = np.random.default_rng(11)
+    n, d, m = 120, 9, 12
+    X = (rng.normal(size=(n, d)) * (rng.random((n, d)) < (0.4 if sparse else 1.0))).astype(
+        np.float32
+    )
+    spec = get_method(method)
+    if spec.task == "multilabel":
+        y = sp.csr_matrix((rng.random((n, m)) < 0.3).astype(float))
+    else:
+        y = rng.integers(0, m, size=n)
+    prob = S.SDCAProblem(sp.csr_matrix(X) if sparse else X, y, gram=False, n_classes=m,
+                         loss_id=spec.loss_id, k=k)  # fmt: skip
+    A = np.zeros((n, m))
+    W = np.zeros((d, m))
+    troots = np.full(n, np.nan)
+    perms = np.stack([rng.permutation(n) for _ in range(1 + epochs)]).astype(np.int64)
+    prob.run_epochs(A, W, perms[:1], 2.0, gamma, troots)
+    prob.run_epochs(A, W, perms[1:], 2.0, gamma, troots, single)
+    return prob, A, W
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize(
+    "method,gamma,k",
+    [("svm_multi", 0.0, 1), ("topk_svm_alpha", 0.0, 3), ("lr_multi", 0.0, 1),
+     ("svm_ml", 1.0, 1), ("lr_ml", 0.0, 1)],
+)  # fmt: skip
+def test_single_epochs_follow_the_double_ones(sparse, method, gamma, k):
+    """The float32 passes (``sdca_epochs_*_single``) take the double kernels' trajectory up to
+    the rounding of float32 scores: the same permutations from the same dual give the same
+    dual to ~1e-5 of its scale, and W stays X^T A to float32 rounding."""
+    prob, A64, W64 = _kernel_state(sparse, method, gamma, k, single=False)
+    _, A32, W32 = _kernel_state(sparse, method, gamma, k, single=True)
+    scale = np.abs(A64).max()
+    assert scale > 0.1 and np.abs(A32 - A64).max() <= 1e-5 * scale
+    assert not np.array_equal(A32, A64)  # the float32 kernels did run
+    Wx = S.features_t_dot(prob.X, A32)
+    np.testing.assert_allclose(W32, Wx, rtol=0, atol=1e-5 * np.abs(Wx).max())
+    np.testing.assert_allclose(W64, S.features_t_dot(prob.X, A64), rtol=0,
+                               atol=1e-12 * np.abs(W64).max())  # fmt: skip
+
+
+def test_keeps_single_until_a_stall_or_the_floor():
+    def trace(*gaps):
+        return [S.TracePoint(e, 1.0, 1.0 - g, g, 0.0) for e, g in enumerate(gaps)]
+
+    assert S.keeps_single(trace(1.0, 0.5))
+    assert S.keeps_single(trace(1.0, 0.5, 0.6, 0.7, 0.4))  # a rise is not a stall
+    assert not S.keeps_single(trace(1.0, 0.5, 0.6, 0.7, 0.5))  # three without a new best
+    assert not S.keeps_single(trace(1.0, 1e-4, 0.5 * S.SINGLE_MIN_GAP))  # the floor
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_float32_fit_hands_its_last_digits_to_float64(sparse):
+    """A fit to eps below SINGLE_MIN_GAP on float32 features runs float32 epochs first and
+    float64 ones after, reaches the double fit's optimum, and reports the certificate of
+    the float64 W = X^T A of its dual."""
+    X, y = make_gaussian_problem(400, 8, 5, seed=2, separation=0.5)
+    X = X.astype(np.float32)
+    if sparse:
+        X[np.random.default_rng(0).random(X.shape) < 0.5] = 0.0
+    Xk = sp.csr_matrix(X) if sparse else X
+    Xd = sp.csr_matrix(X.astype(np.float64)) if sparse else X.astype(np.float64)
+    kw = dict(C=1.0, eps=1e-9, seed=1, accelerate="never")
+    m32 = topkbench.fit(Xk, y, "lr_multi", **kw)
+    m64 = topkbench.fit(Xd, y, "lr_multi", **kw)
+    assert m32.status == m64.status == "converged" and m32.relative_gap <= 1e-9
+    assert 0 < m32.info["float32_epochs"] < m32.epochs and "float32_epochs" not in m64.info
+    assert m32.primal == pytest.approx(m64.primal, rel=1e-8)
+    np.testing.assert_array_equal(m32.W, S.features_t_dot(S._as_features(Xk)[1], m32.A))
+    P, D = S.evaluate_objective(Xd, y, m32.A, m32.W, get_method("lr_multi").loss_id, 1.0, 0.0, 1)
+    assert (P, D) == pytest.approx((m32.primal, m32.dual), rel=1e-12)
+
+
+def test_badly_scaled_float32_features_still_reach_eps():
+    """Columns scaled from 10^-1.5 to 10^1.5 (plain SDCA takes thousands of epochs): the run
+    certifies eps like the double fit, in float32 until it stalls or nears the floor."""
+    X, y = make_gaussian_problem(300, 6, 4, seed=5, separation=0.5)
+    X = (X * np.logspace(-1.5, 1.5, 6)).astype(np.float32)
+    kw = dict(C=0.1, eps=1e-4, seed=0, max_epochs=20_000, accelerate="never")
+    m32 = topkbench.fit(X, y, "svm_multi", gamma=1.0, **kw)
+    m64 = topkbench.fit(X.astype(np.float64), y, "svm_multi", gamma=1.0, **kw)
+    assert m32.status == m64.status == "converged" and m32.info["float32_epochs"] > 0
+    assert m32.primal == pytest.approx(m64.primal, rel=1e-4)

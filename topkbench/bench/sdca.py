@@ -126,6 +126,12 @@ class SDCABenchRow:
     nnz: int = 0  # stored feature entries (n d when dense)
     # median duality-gap certificate after an epoch, W = X^T A's resynchronization included
     sec_per_certificate: float = math.nan
+    precision: str = "float64"  # of the epochs' passes over W: float64, float32 or mixed
+
+
+def _precision(single_epochs: int, epochs: int) -> str:
+    """How the timed epochs ran: all in float32, none, or some of each."""
+    return "float32" if single_epochs == epochs else "float64" if not single_epochs else "mixed"
 
 
 def bench_sdca(
@@ -138,12 +144,16 @@ def bench_sdca(
     seed: int = 0,
     peak_gflops: float | None = None,
     shape: str = "gaussian",
+    float32: bool = False,
 ) -> list[SDCABenchRow]:
     """Seconds per epoch of each loss in ``methods`` on the problem ``shape`` (a key of
     :data:`SDCA_SHAPES`; ``n``, ``d``, ``m`` override its size), against ``4 nnz m`` flops
     at the measured peak (``nnz = n d`` for dense features): the scores ``W^T x_i`` and the
     update of W each take ``nnz_i m`` multiply-adds an example.  Each row also has the median
-    seconds of the duality-gap certificate that follows an epoch."""
+    seconds of the duality-gap certificate that follows an epoch.  ``float32``: the features
+    are stored as float32 (a dataset's ``float32: true``), and the epochs' passes over W run
+    in float32 (each row's ``precision`` says whether all timed epochs did); the bound stays
+    the float64 one."""
     from topkbench.solvers.sdca import solve_sdca
 
     n, d, m = shape_size(shape, n, d, m)
@@ -170,6 +180,8 @@ def bench_sdca(
         X, y = make_gaussian_problem(n, d, m, seed)
         Xs, ys = make_gaussian_problem(20, 3, 4, seed)
         nnz = n * d
+    if float32:
+        X, Xs = X.astype(np.float32), Xs.astype(np.float32)
 
     def run(Xr, yr, mr, name, gamma, k, n_epochs, on_batch=None):
         # full epochs (no shrinking), one certificate after each, timed without it
@@ -213,6 +225,7 @@ def bench_sdca(
                 shape,
                 nnz,
                 float(np.median(certs)) if certs else math.nan,
+                _precision(res.info.get("float32_epochs", 0), epochs),
             )  # fmt: skip
         )
     peak = max(r.peak_gflops_here for r in rows)

@@ -49,6 +49,12 @@ def bench_sdca_cmd(
         help=f"{METHOD_SPEC_HELP} (default: the shape's; for gaussian every multiclass SDCA "
         "loss, top-k ones at k = 5)",
     ),
+    float32: bool = typer.Option(
+        False,
+        "--float32",
+        help="store the timing problem's features as float32 (a dataset's float32: true): the "
+        "epochs' passes over W then run in float32, the certificates stay float64",
+    ),
     converge: bool = typer.Option(
         None,
         "--converge/--no-converge",
@@ -93,7 +99,8 @@ def bench_sdca_cmd(
     if converge:  # refuse the study's parameters before the (long) timing part
         check_sdca_problem(n, d, m, conv_C, eps)
     methods = tuple(parse_method_spec(x) for x in method) if method else None
-    rows = bench_sdca(n=n, d=d, m=m, epochs=epochs, C=C, seed=seed, methods=methods, shape=shape)
+    rows = bench_sdca(n=n, d=d, m=m, epochs=epochs, C=C, seed=seed, methods=methods, shape=shape,
+                      float32=float32)  # fmt: skip
     out.parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame([r.__dict__ for r in rows]).to_csv(out, index=False)
     console = Console()
@@ -105,7 +112,9 @@ def bench_sdca_cmd(
         "x bound",
         "s/cert.",
         "gap after",
-        title=f"SDCA epochs ({shape}, {rows[0].nnz / rows[0].n:.1f} nonzeros a row), C = {C:g}; "
+        "passes",
+        title=f"SDCA epochs ({shape}, {rows[0].nnz / rows[0].n:.1f} nonzeros a row"
+        f"{', float32 features' if float32 else ''}), C = {C:g}; "
         f"s/epoch the median (the CSV has the minimum too); bound = 4 nnz m flops at the "
         f"measured peak "
         f"{rows[0].peak_gflops:.1f} GFLOP/s (1-thread dgemm; the highest of one measurement "
@@ -122,6 +131,7 @@ def bench_sdca_cmd(
             f"{r.times_bound:.1f}",
             f"{r.sec_per_certificate:.4f}",
             f"{r.gap_after:.3g}",
+            r.precision,
         )
     console.print(t)
     written = [out]

@@ -278,42 +278,77 @@ def sdca_epochs_dense(X, yptr, yidx, sqnorms, A, W, perms, loss, Cs, gamma, k, r
     The padded columns have zero scores and zero changes: the result is the unpadded loop's.
     """
     m = W.shape[1]
-    mp = -(-m // _LANES) * _LANES
-    Wp = _aligned_zeros(W.shape[0], mp)
+    Wp = _aligned_zeros(W.shape[0], _padded_width(m, W), W)
     Wp[:, :m] = W
+    passes = _aligned_zeros(4, Wp.shape[1], Wp)
     failures = _epochs_dense_padded(
-        X, yptr, yidx, sqnorms, A, Wp, m, perms, loss, Cs, gamma, k, rho, troots
-    )
+        X, yptr, yidx, sqnorms, A, Wp, m, perms, loss, Cs, gamma, k, rho, troots, passes,
+        passes, False,
+    )  # fmt: skip
     W[:, :] = Wp[:, :m]
     return failures
 
 
 @njit(cache=True)
-def _aligned_zeros(r, c):
-    """An r x c float64 array of zeros whose first element sits on a 64-byte boundary (so
-    every row does when c is a multiple of ``_LANES``).  numba's own arrays start 32 bytes
-    past a line boundary, numpy's anywhere on 16 bytes; an AVX-512 load that straddles two
-    cache lines costs two."""
-    buf = np.zeros(r * c + _LANES)
-    off = ((-buf.ctypes.data) % 64) // 8
+def sdca_epochs_dense_single(X, yptr, yidx, sqnorms, A, W, perms, loss, Cs, gamma, k, rho,
+                             troots):  # fmt: skip
+    """:func:`sdca_epochs_dense` with the passes over W in float32: ``X`` is float32 and the
+    working copy of W, the scores and the block changes the passes see are float32 (twice the
+    entries per vector and half the bytes of W to move); each example's update still takes
+    its scores in float64 and stores its block in float64.  The trajectory is SDCA's with
+    scores rounded to float32: every dual iterate is feasible, and the certificates, which
+    resynchronize ``W = X^T A`` in float64, are exact (the rule that allows it:
+    :func:`topkbench.solvers.problem.keeps_single`)."""
+    m = W.shape[1]
+    Wp = _aligned_zeros(W.shape[0], _padded_width(m, X), X)
+    Wp[:, :m] = W
+    passes = _aligned_zeros(4, Wp.shape[1], X)
+    failures = _epochs_dense_padded(
+        X, yptr, yidx, sqnorms, A, Wp, m, perms, loss, Cs, gamma, k, rho, troots, passes,
+        np.empty((4, m)), True,
+    )  # fmt: skip
+    W[:, :] = Wp[:, :m]
+    return failures
+
+
+@njit(cache=True)
+def _padded_width(m, like):
+    """m rounded up to a whole number of 64-byte vectors of ``like``'s dtype (``_LANES``
+    float64, twice as many float32)."""
+    lanes = _LANES * 8 // like.itemsize
+    return -(-m // lanes) * lanes
+
+
+@njit(cache=True)
+def _aligned_zeros(r, c, like):
+    """An r x c array of zeros of ``like``'s dtype whose first element sits on a 64-byte
+    boundary (so every row does when c is a multiple of ``_LANES``).  numba's own arrays
+    start 32 bytes past a line boundary, numpy's anywhere on 16 bytes; an AVX-512 load that
+    straddles two cache lines costs two."""
+    size = like.itemsize
+    buf = np.zeros(r * c + 64 // size, dtype=like.dtype)
+    off = ((-buf.ctypes.data) % 64) // size
     return buf[off : off + r * c].reshape((r, c))
 
 
 @njit(cache=True)
-def _epochs_dense_padded(X, yptr, yidx, sqnorms, A, W, m, perms, loss, Cs, gamma, k, rho, troots):
+def _epochs_dense_padded(X, yptr, yidx, sqnorms, A, W, m, perms, loss, Cs, gamma, k, rho, troots,
+                         passes, upd, convert):  # fmt: skip
     """:func:`sdca_epochs_dense` on ``W`` with ``W.shape[1] >= m`` columns, those past m
     zero (the scores and block changes of the passes have W's width, the updates see their
-    first m entries)."""
+    first m entries).
+
+    ``passes`` (4 x W's width, W's dtype, zero) holds the passes' score and change vectors of
+    a pair, ``upd`` (4 x at least m, float64) the same four as the updates see them.  Without
+    ``convert`` they are the same array; with it (float32 passes) the scores are widened
+    before an update and the changes narrowed after it."""
     n_epochs = perms.shape[0]
     npe = perms.shape[1]
-    mp = W.shape[1]
     scratch = _scratch(m)
     new = scratch[1]
-    # the passes' vectors have W's width (zero past m); own index arrays: a's changed columns
-    # must survive b's update, which uses scratch[5]
-    vecs = _aligned_zeros(4, mp)
-    s_full, s_b_full, delta, delta_b = vecs[0], vecs[1], vecs[2], vecs[3]
-    s, s_b = s_full[:m], s_b_full[:m]
+    s_full, s_b_full, delta_p, delta_b_p = passes[0], passes[1], passes[2], passes[3]
+    s, s_b, delta, delta_b = upd[0][:m], upd[1][:m], upd[2], upd[3]
+    # own index arrays: a's changed columns must survive b's update, which uses scratch[5]
     cols, cols_b = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64)
     failures = 0
     for e in range(n_epochs):
@@ -335,6 +370,8 @@ def _epochs_dense_padded(X, yptr, yidx, sqnorms, A, W, m, perms, loss, Cs, gamma
                 prefetch_at(Cs, i)
                 if yptr[i] < yptr[i + 1]:  # a multilabel example can have no label
                     prefetch_at(yidx, yptr[i])
+            if convert:
+                _copy(s_full, s, m)
             if _update(
                 loss,
                 yptr,
@@ -353,8 +390,12 @@ def _epochs_dense_padded(X, yptr, yidx, sqnorms, A, W, m, perms, loss, Cs, gamma
             ):
                 failures += 1
             nz_a = _store_block(A, a, new, delta, cols)
+            if convert:
+                _copy(delta, delta_p, m)
             nz_b = 0
             if b >= 0:
+                if convert:
+                    _copy(s_b_full, s_b, m)
                 if nz_a > 0:
                     for j in range(m):
                         s_b[j] += xab * delta[j]
@@ -376,19 +417,31 @@ def _epochs_dense_padded(X, yptr, yidx, sqnorms, A, W, m, perms, loss, Cs, gamma
                 ):
                     failures += 1
                 nz_b = _store_block(A, b, new, delta_b, cols_b)
+                if convert:
+                    _copy(delta_b, delta_b_p, m)
             c = perms[e, p + 2] if p + 2 < npe else -1
             d = perms[e, p + 3] if p + 3 < npe else -1
             if d >= 0 and not _sparse_change(nz_a + nz_b, m):
-                xab = _update_pair_scores_pair(X, a, delta, b, delta_b, c, d, W, s_full, s_b_full)
+                xab = _update_pair_scores_pair(
+                    X, a, delta_p, b, delta_b_p, c, d, W, s_full, s_b_full
+                )  # fmt: skip
                 continue
-            _apply_change(X, a, delta, cols, nz_a, W, m)
+            _apply_change(X, a, delta_p, cols, nz_a, W, m)
             if b >= 0:
-                _apply_change(X, b, delta_b, cols_b, nz_b, W, m)
+                _apply_change(X, b, delta_b_p, cols_b, nz_b, W, m)
             if d >= 0:
                 xab = _scores_pair(X, c, d, W, s_full, s_b_full)
             elif c >= 0:
                 _scores_dense(X, c, W, s_full)
     return failures
+
+
+@njit(cache=True)
+def _copy(src, dst, m):
+    """``dst[:m] = src[:m]`` (the float32 passes' vectors to and from the updates' float64
+    ones)."""
+    for j in range(m):
+        dst[j] = src[j]
 
 
 @njit(cache=True)
@@ -410,15 +463,45 @@ def sdca_epochs_csr(
     indptr, indices, data, yptr, yidx, sqnorms, A, W, perms, loss, Cs, gamma, k, rho, troots
 ):
     """As :func:`sdca_epochs_dense` for CSR features (``indptr``, ``indices``, ``data``)."""
+    scratch = _scratch(W.shape[1])
+    return _epochs_csr(indptr, indices, data, yptr, yidx, sqnorms, A, W, perms, loss, Cs, gamma,
+                       k, rho, troots, scratch, scratch[0], False)  # fmt: skip
+
+
+@njit(cache=True)
+def sdca_epochs_csr_single(
+    indptr, indices, data, yptr, yidx, sqnorms, A, W, perms, loss, Cs, gamma, k, rho, troots
+):
+    """:func:`sdca_epochs_csr` with float32 ``data`` and a float32 working copy of W, as
+    :func:`sdca_epochs_dense_single` (each example's scores widened to float64 for its
+    update, its block change narrowed to float32 for W's)."""
+    m = W.shape[1]
+    Ws = np.empty(W.shape, dtype=np.float32)
+    Ws[:, :] = W
+    scratch = _scratch(m)
+    failures = _epochs_csr(indptr, indices, data, yptr, yidx, sqnorms, A, Ws, perms, loss, Cs,
+                           gamma, k, rho, troots, scratch, np.empty(m, dtype=np.float32),
+                           True)  # fmt: skip
+    W[:, :] = Ws
+    return failures
+
+
+@njit(cache=True)
+def _epochs_csr(indptr, indices, data, yptr, yidx, sqnorms, A, W, perms, loss, Cs, gamma, k, rho,
+                troots, scratch, sw, convert):  # fmt: skip
+    """The CSR epochs: ``sw`` (W's dtype) receives the scores and then the block change the
+    passes see; without ``convert`` it is ``scratch[0]``, the float64 vector the update sees,
+    itself."""
     n_epochs = perms.shape[0]
     m = W.shape[1]
-    scratch = _scratch(m)
     s, new, cols = scratch[0], scratch[1], scratch[5]
     failures = 0
     for e in range(n_epochs):
         for p in range(perms.shape[1]):
             i = perms[e, p]
-            _csr_row_scores(indptr, indices, data, i, W, s)
+            _csr_row_scores(indptr, indices, data, i, W, sw)
+            if convert:
+                _copy(sw, s, m)
             if _update(
                 loss,
                 yptr,
@@ -438,17 +521,22 @@ def sdca_epochs_csr(
                 failures += 1
             nz = _store_block(A, i, new, s, cols)
             if not _sparse_change(nz, m):
+                if convert:
+                    _copy(s, sw, m)
                 for q in range(indptr[i], indptr[i + 1]):
                     xf = data[q]
                     f = indices[q]
                     for j in range(m):
-                        W[f, j] += xf * s[j]
+                        W[f, j] += xf * sw[j]
             elif nz > 0:
+                if convert:
+                    for c in range(nz):
+                        sw[cols[c]] = s[cols[c]]
                 for q in range(indptr[i], indptr[i + 1]):
                     xf = data[q]
                     f = indices[q]
                     for c in range(nz):
-                        W[f, cols[c]] += xf * s[cols[c]]
+                        W[f, cols[c]] += xf * sw[cols[c]]
     return failures
 
 

@@ -279,6 +279,9 @@ class SDCAProblem:
     coefficient matrix ``B`` (n x m, ``W = sum_r phi(x_r) B_r``) for a Gram matrix.  The dual
     ``A`` defines ``rep(A) = X^T A`` resp. ``A``.
 
+    ``single``: the features are float32 (dense, or CSR with float32 values), and plain
+    SDCA may run its epochs in float32 (:meth:`run_epochs`, :func:`keeps_single`).
+
     ``weights`` (positive, length n; None for all 1) weight the examples' losses: the problem
     is ``P(W) = lambda/2 ||W||^2 + 1/n sum_i w_i L(y_i, W^T x_i)``, and example i's dual block
     lives in the domain scaled by ``C w_i`` (its update is the unweighted one with ``C w_i``
@@ -287,12 +290,16 @@ class SDCAProblem:
 
     def __init__(self, X, y, *, gram: bool, n_classes: int, loss_id: int, k: int,
                  weights=None, rho=None):  # fmt: skip
+        self.single = not gram and getattr(X, "dtype", None) == np.float32
+        self.data32 = None
         if gram:
             self.kind, self.X = "gram", np.ascontiguousarray(X, dtype=np.float64)
             self.sqnorms = np.ascontiguousarray(np.diag(self.X))
         else:
             self.kind, self.X = _as_features(X)
             self.sqnorms = row_sqnorms(self.X)
+            if self.single and self.kind == "csr":
+                self.data32 = self.X.data.astype(np.float32)  # float32 values: exact
         self.n = self.X.shape[0]
         self.m = int(n_classes)
         self.y = as_label_csr(y)
@@ -315,10 +322,15 @@ class SDCAProblem:
         """The primal point the dual ``A`` defines: ``X^T A`` (features) or a copy of ``A``."""
         return np.array(A, dtype=np.float64) if self.kind == "gram" else features_t_dot(self.X, A)
 
-    def run_epochs(self, A, rep, perms, C: float, gamma: float, troots) -> int:
+    def run_epochs(
+        self, A, rep, perms, C: float, gamma: float, troots, single: bool = False
+    ) -> int:
         """``perms.shape[0]`` SDCA epochs on the dual ``A`` (scaled for ``C``) and the primal
         point ``rep``, updated in place; ``rep`` may carry a fixed offset (the proximal
-        problems).  Returns the count of failed inner root findings."""
+        problems).  With ``single`` (and float32 features, :attr:`single`) the passes over W
+        run in float32 (``sdca_epochs_*_single``): ``rep`` then holds a float32-rounded W,
+        which the caller resynchronizes before a certificate.  Returns the count of failed
+        inner root findings."""
         yptr, yidx = self.y
         Cs = self.example_c(C)
         if self.kind == "gram":
@@ -326,14 +338,17 @@ class SDCAProblem:
                 self.X, yptr, yidx, A, rep, perms, self.loss_id, Cs, gamma, self.k, self.rho,
                 troots,
             )  # fmt: skip
+        single = single and self.single
         if self.kind == "dense":
-            return _e.sdca_epochs_dense(
+            kernel = _e.sdca_epochs_dense_single if single else _e.sdca_epochs_dense
+            return kernel(
                 self.X, yptr, yidx, self.sqnorms, A, rep, perms, self.loss_id, Cs, gamma,
                 self.k, self.rho, troots,
             )  # fmt: skip
-        return _e.sdca_epochs_csr(
-            self.X.indptr, self.X.indices, self.X.data, yptr, yidx, self.sqnorms, A, rep, perms,
-            self.loss_id, Cs, gamma, self.k, self.rho, troots,
+        kernel = _e.sdca_epochs_csr_single if single else _e.sdca_epochs_csr
+        return kernel(
+            self.X.indptr, self.X.indices, self.data32 if single else self.X.data, yptr, yidx,
+            self.sqnorms, A, rep, perms, self.loss_id, Cs, gamma, self.k, self.rho, troots,
         )  # fmt: skip
 
     def objective(self, A, rep, C: float, gamma: float, gaps=None) -> tuple[float, float]:
@@ -431,6 +446,31 @@ def auto_batch(
     return max(1, min(cap, need))
 
 
+# Plain SDCA on float32 features runs its epochs in float32 (SDCAProblem.run_epochs) until a
+# certificate below this relative gap: float32 scores carry rounding of ~1e-7 relative to
+# sum_f |x_f w_f|, which bounds how close the float32 updates can bring the dual, and the
+# run's last digits are left to float64.
+SINGLE_MIN_GAP = 1e-5
+# ... or until this many certificates in a row bring no new smallest gap (SDCA's gap is not
+# monotone, so one rise is not a stall)
+SINGLE_STALL = 3
+
+
+def keeps_single(trace: list[TracePoint]) -> bool:
+    """Whether plain SDCA goes on in float32 after a batch run in float32 ended in the
+    certificate ``trace[-1]``: while the relative gap is at least :data:`SINGLE_MIN_GAP` and
+    one of the last :data:`SINGLE_STALL` certificates set a new smallest gap.  A stall
+    (badly scaled features, where the rounding of the float32 scores is large against the
+    margins, could hold the run above eps) hands the run to float64 for good.  Only the
+    trajectory depends on it: every certificate resynchronizes ``W = X^T A`` in float64."""
+    gaps = [t.relative_gap for t in trace]
+    if gaps[-1] < SINGLE_MIN_GAP:
+        return False
+    if len(gaps) <= SINGLE_STALL:
+        return True
+    return min(gaps[-SINGLE_STALL:]) < min(gaps[:-SINGLE_STALL])
+
+
 def _active_set(gaps, A):
     """Mask of the examples the next epochs visit, or None for all of them: every example but
     those with a zero block and zero gap (so zero loss).  Support vectors are never skipped,
@@ -447,8 +487,11 @@ class Run:
     epoch count and budgets, the trace, the clock (``on_eval`` time excluded), the random
     stream of the permutations and the softmax warm starts ``troots``."""
 
-    def __init__(self, n, *, eps, max_epochs, time_limit, seed, on_eval):
+    def __init__(self, n, *, eps, max_epochs, time_limit, seed, on_eval, single=False):
         self.eps = eps
+        # plain SDCA's next batch in float32 (float32 features; keeps_single ends it)
+        self.single = single
+        self.single_epochs = 0
         self.max_epochs = max_epochs
         self.time_limit = time_limit
         self.on_eval = on_eval

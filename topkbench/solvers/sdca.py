@@ -42,6 +42,7 @@ from topkbench.solvers.problem import (
     blas_threads,
     check_certificate,
     features_t_dot,
+    keeps_single,
 )
 from topkbench.validation import check_k
 
@@ -183,7 +184,7 @@ def solve_sdca(
     else:
         W = prob.rep_of(A) if A0 is not None else np.zeros((prob.X.shape[1], m))
     run = Run(n, eps=eps, max_epochs=max_epochs, time_limit=time_limit, seed=seed,
-              on_eval=on_eval)  # fmt: skip
+              on_eval=on_eval, single=prob.single)  # fmt: skip
     primal, dual = prob.objective(A, W, C, gamma, gaps)
     active = _active_set(gaps, A)
     gap = run.record(primal, dual, A, _public_rep(prob, W))
@@ -233,9 +234,11 @@ def solve_sdca(
         else:
             batch = run.clip_batch(int(eval_every))
         perms = run.permutations(batch, active)
+        single = run.single
         t_batch = time.perf_counter()
-        run.failures += prob.run_epochs(A, W, perms, C, gamma, run.troots)
+        run.failures += prob.run_epochs(A, W, perms, C, gamma, run.troots, single)
         run.epochs += batch
+        run.single_epochs += batch if single else 0
         seconds = time.perf_counter() - t_batch
         run.epoch_seconds = seconds / batch
         if on_batch is not None:
@@ -247,10 +250,14 @@ def solve_sdca(
         primal, dual = prob.objective(A, W, C, gamma, gaps)
         active = _active_set(gaps, A)
         gap = run.record(primal, dual, A, _public_rep(prob, W))
+        if single:
+            run.single = keeps_single(run.trace)
         if gap <= eps:
             status = "converged"
     seconds = run.elapsed()
     check_certificate(primal, dual)
+    if run.single_epochs:
+        info["float32_epochs"] = run.single_epochs
     if run.failures:
         warnings.warn(
             f"{run.failures} block updates hit the inner root-finding iteration limit",
