@@ -89,6 +89,44 @@ def _softmax_into(q, out):
 
 
 @njit(cache=True)
+def _max_off(u, mask, m):
+    """``max_j u_j`` over the entries off ``mask`` (``-inf`` if none), in eight running
+    maxima: a single one is a chain of dependent compares, which LLVM does not split into
+    vector lanes (a floating-point max reduction is reassociated only under fast-math); the
+    maximum does not depend on the order."""
+    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = -math.inf
+    j = 0
+    while j + 8 <= m:
+        a0 = max(a0, -math.inf if mask[j] else u[j])
+        a1 = max(a1, -math.inf if mask[j + 1] else u[j + 1])
+        a2 = max(a2, -math.inf if mask[j + 2] else u[j + 2])
+        a3 = max(a3, -math.inf if mask[j + 3] else u[j + 3])
+        a4 = max(a4, -math.inf if mask[j + 4] else u[j + 4])
+        a5 = max(a5, -math.inf if mask[j + 5] else u[j + 5])
+        a6 = max(a6, -math.inf if mask[j + 6] else u[j + 6])
+        a7 = max(a7, -math.inf if mask[j + 7] else u[j + 7])
+        j += 8
+    while j < m:
+        a0 = max(a0, -math.inf if mask[j] else u[j])
+        j += 1
+    return max(max(max(a0, a1), max(a2, a3)), max(max(a4, a5), max(a6, a7)))
+
+
+@njit(cache=True, fastmath={"reassoc"})
+def _sum_off_support(w, old, mask, m):
+    """``(sum_S w_j, |S|)`` over ``S``, the negatives where the block ``old`` is nonzero
+    (``reassoc`` splits the sum into vector lanes; it only sets the candidates' cut, and any
+    rounding of it still leaves a lower bound up to the last bits)."""
+    total = 0.0
+    count = 0
+    for j in range(m):
+        on = old[j] < 0.0 and not mask[j]
+        total += w[j] if on else 0.0
+        count += on
+    return total, count
+
+
+@njit(cache=True)
 def _ml_projection(u, mask, labels, den, r, w, idx, old):
     """Thresholds of the SVM^ML projection ``(p, pbar) = proj_{B(r)}((1/2 - u_Y)/den,
     (1/2 + u_Ybar)/den)`` (module docstring), with each block shifted to a maximum of 0 in
@@ -118,10 +156,7 @@ def _ml_projection(u, mask, labels, den, r, w, idx, old):
     umin = math.inf
     for p in range(k):
         umin = min(umin, u[labels[p]])
-    umax = -math.inf
-    for j in range(m):
-        v = -math.inf if mask[j] else u[j]
-        umax = v if v > umax else umax
+    umax = _max_off(u, mask, m)
     ix = idx[:k]
     iy = idx[k:]
     nx = 0
@@ -132,21 +167,15 @@ def _ml_projection(u, mask, labels, den, r, w, idx, old):
         if v > -r:
             ix[nx] = j
             nx += 1
+    # the negatives shifted, in a pass with no reduction in it (LLVM vectorizes it)
+    for j in range(m):
+        shifted = (u[j] - umax) / den
+        w[j] = w[j] if mask[j] else shifted
     cut = -r
     if old.shape[0] == m:
-        hsum = 0.0
-        hcount = 0
-        for j in range(m):
-            v = w[j] if mask[j] else (u[j] - umax) / den
-            w[j] = v
-            in_old = old[j] < 0.0 and not mask[j]
-            hsum += v if in_old else 0.0
-            hcount += in_old
+        hsum, hcount = _sum_off_support(w, old, mask, m)
         if hcount > 0:
             cut = max(cut, (hsum - r) / hcount)
-    else:
-        for j in range(m):
-            w[j] = w[j] if mask[j] else (u[j] - umax) / den
     # branch-free compaction (iy[ny] is overwritten until a candidate keeps it) up to the
     # last negative: iy has room for every negative, and before the last one fewer than all
     # have been counted
@@ -309,6 +338,18 @@ def loss_value_ml(loss, labels, s, gamma, work, idx, mask, hint):
     return value
 
 
+@njit(cache=True, fastmath={"reassoc"})
+def _signed_sum_and_squares(a, mask, m):
+    """``(sum_Y a_j - sum_Ybar a_j, sum_j a_j^2)`` (``reassoc``: the sums in vector lanes)."""
+    lin = 0.0
+    sq = 0.0
+    for j in range(m):
+        v = a[j]
+        lin += v if mask[j] else -v
+        sq += v * v
+    return lin, sq
+
+
 @njit(cache=True)
 def neg_conjugate_value_ml(loss, labels, a, C, gamma, mask):
     """``-L*(Y, -a / C)`` for one dual block ``a`` (module docstring); 0 for ``Y`` empty or
@@ -320,13 +361,8 @@ def neg_conjugate_value_ml(loss, labels, a, C, gamma, mask):
     _set_mask(mask, labels, True)
     value = 0.0
     if loss == LOSS_SVM_ML:
-        lin = 0.0
-        sq = 0.0
-        for j in range(m):
-            v = a[j] / C
-            lin += v if mask[j] else -v
-            sq += v * v
-        value = 0.5 * lin - 0.5 * gamma * sq
+        lin, sq = _signed_sum_and_squares(a, mask, m)
+        value = 0.5 * (lin / C) - 0.5 * gamma * (sq / (C * C))
     else:
         inv_k = 1.0 / k
         ent = 0.0
