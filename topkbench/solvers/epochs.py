@@ -4,6 +4,12 @@ block update of :func:`topkbench.losses.dispatch.update_block` in place.
 
 Conventions (scale ``P / lambda``, dual blocks, ``W = X^T A``) as in
 :mod:`topkbench.losses.dispatch`.
+
+On float32 features the dense and CSR epochs have ``_single`` variants whose passes over W
+(scores, rank-1 updates) run in float32, while every block update and the dual stay float64.
+A step then maximizes the dual over the block for scores off by float32 rounding (~1e-7 of
+``sum_f |x_f w_f|``): the iterate is still feasible, so it is SDCA's trajectory perturbed,
+not another problem, and the certificates (float64, from ``W = X^T A``) are unchanged.
 """
 
 from __future__ import annotations

@@ -72,8 +72,9 @@ def check_certificate(primal: float, dual: float) -> None:
 
 
 def _as_features(X):
-    """Return ("dense", X) as C-contiguous float64 (float32 kept: the epoch kernels accumulate
-    in float64, and a float32 memory-mapped matrix is used without a copy) or ("csr", X)."""
+    """Return ("dense", X) as C-contiguous float64 (float32 kept: the epoch kernels read it,
+    and a float32 memory-mapped matrix is used without a copy) or ("csr", X) with float64
+    values (the float32 epochs keep their own float32 copy, ``SDCAProblem.data32``)."""
     if sp.issparse(X):
         Xc = sp.csr_matrix(X, dtype=np.float64)
         Xc.sum_duplicates()
