@@ -479,7 +479,10 @@ def _active_set(gaps, A):
     robust (dense and CSR scores would skip different examples)."""
     if gaps is None:
         return None
-    keep = (gaps > 0.0) | np.any(A != 0.0, axis=1)
+    keep = gaps > 0.0
+    rest = np.flatnonzero(~keep)  # only these rows' blocks are read (all n x m of A at scale)
+    if rest.size:
+        keep[rest] = np.any(A[rest] != 0.0, axis=1)
     return None if keep.all() else keep
 
 
