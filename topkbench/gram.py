@@ -18,13 +18,15 @@ def _sqnorms(X) -> np.ndarray:
 def rbf_kernel(X, Z=None, *, theta: float, block_rows: int = 4096) -> np.ndarray:
     """``K[i, j] = exp(-theta ||x_i - z_j||^2)`` (rows of X against rows of Z, default Z = X).
 
-    Computed in row blocks of ``block_rows`` to bound temporary memory at
-    ``block_rows x len(Z)`` doubles besides the result.  Squared distances are clipped at 0
-    (``|x|^2 + |z|^2 - 2<x,z>`` can round below 0) and the diagonal of ``K(X, X)`` is exactly 1.
+    Computed in float64 (float32 features are widened) in row blocks of ``block_rows`` to
+    bound temporary memory at ``block_rows x len(Z)`` doubles besides the result.  Squared
+    distances are clipped at 0 (``|x|^2 + |z|^2 - 2<x,z>`` can round below 0) and the
+    diagonal of ``K(X, X)`` is exactly 1.
     """
     theta = check_positive("theta", theta)
     same = Z is None
-    Z = X if same else Z
+    X = _float64(X)  # float32 features (a dataset's float32: true): the kernel in float64
+    Z = X if same else _float64(Z)
     if X.shape[1] != Z.shape[1]:
         raise InputError(f"rbf_kernel: X has {X.shape[1]} features, Z has {Z.shape[1]}")
     xn = _sqnorms(X)
@@ -40,6 +42,10 @@ def rbf_kernel(X, Z=None, *, theta: float, block_rows: int = 4096) -> np.ndarray
     if same:
         np.fill_diagonal(K, 1.0)
     return K
+
+
+def _float64(X):
+    return X if X.dtype == np.float64 else X.astype(np.float64)
 
 
 def check_gram(K, n: int | None = None) -> np.ndarray:

@@ -97,8 +97,9 @@ def test_nonfinite_entry_is_located_past_the_first_block():
 
 @pytest.mark.parametrize("blocked", [False, True])
 def test_csr_scores_match_scipy(monkeypatch, blocked):
-    """The compiled CSR-times-dense product (scores and certificates) equals scipy's, empty
-    rows, unsorted and int32 indices included, in one pass or by row blocks."""
+    """The compiled CSR-times-dense products (scores and certificates, X W and X^T A) equal
+    dense ones, empty rows, unsorted and int32 indices included, in one pass or by row
+    blocks."""
     rng = np.random.default_rng(3)
     X = sp.random(257, 40, density=0.1, format="csr", random_state=rng)
     X[[0, 100, 256]] = 0.0
@@ -114,6 +115,9 @@ def test_csr_scores_match_scipy(monkeypatch, blocked):
     got = S.features_dot(X, W)
     assert got.flags.c_contiguous and got.dtype == np.float64
     np.testing.assert_allclose(got, X.toarray() @ W, rtol=1e-13, atol=1e-13)
+    got_t = S.features_t_dot(X, A)  # the W resynchronization: X^T A
+    assert got_t.flags.c_contiguous and got_t.shape == (40, 7)
+    np.testing.assert_allclose(got_t, X.toarray().T @ A, rtol=1e-13, atol=1e-13)
     assert not got[[0, 100, 256]].any()
     np.testing.assert_allclose(S.evaluate_objective(X, y, A, W, 1, 0.7, 0.0, 1), want_obj,
                                rtol=1e-13)  # fmt: skip
@@ -124,7 +128,7 @@ def _kernel_state(sparse, method, gamma, k, single, epochs=2):
     the single kernels with the same permutations."""
 
     rng = np.random.default_rng(11)
-    n, d, m = 120, 9, 12
+    n, d, m = 121, 9, 12  # odd: the last pair of a full permutation is a single example
     X = (rng.normal(size=(n, d)) * (rng.random((n, d)) < (0.4 if sparse else 1.0))).astype(
         np.float32
     )
@@ -141,6 +145,9 @@ def _kernel_state(sparse, method, gamma, k, single, epochs=2):
     perms = np.stack([rng.permutation(n) for _ in range(1 + epochs)]).astype(np.int64)
     prob.run_epochs(A, W, perms[:1], 2.0, gamma, troots)
     prob.run_epochs(A, W, perms[1:], 2.0, gamma, troots, single)
+    # and one epoch over a shrunk active set (an even count of the examples, filtered)
+    kept = perms[1][perms[1] % 3 != 0][None, :]
+    prob.run_epochs(A, W, kept, 2.0, gamma, troots, single)
     return prob, A, W
 
 
@@ -205,5 +212,39 @@ def test_badly_scaled_float32_features_still_reach_eps():
     kw = dict(C=0.1, eps=1e-4, seed=0, max_epochs=20_000, accelerate="never")
     m32 = topkbench.fit(X, y, "svm_multi", gamma=1.0, **kw)
     m64 = topkbench.fit(X.astype(np.float64), y, "svm_multi", gamma=1.0, **kw)
-    assert m32.status == m64.status == "converged" and m32.info["float32_epochs"] > 0
+    assert m32.status == m64.status == "converged"
+    assert 10 < m32.info["float32_epochs"] < m32.epochs  # float32, then float64 at a stall
     assert m32.primal == pytest.approx(m64.primal, rel=1e-4)
+
+
+def test_no_float32_epochs_near_the_optimum():
+    """A warm start already below SINGLE_MIN_GAP, and plain SDCA handed back by the
+    accelerated phase, run float64 epochs only."""
+    X, y = make_gaussian_problem(200, 6, 4, seed=3, separation=0.3)
+    X = X.astype(np.float32)
+    kw = dict(C=1.0, seed=1)
+    smooth = dict(kw, gamma=1.0, accelerate="never")
+    tight = topkbench.fit(X, y, "svm_multi", eps=1e-7, **smooth)
+    assert tight.relative_gap < S.SINGLE_MIN_GAP
+    warm = topkbench.fit(X, y, "svm_multi", eps=1e-11, warm_start=tight, **smooth)
+    assert warm.epochs > 0 and "float32_epochs" not in warm.info
+    acc = topkbench.fit(X, y, "svm_multi", eps=1e-10, accelerate="catalyst", max_epochs=5000, **kw)
+    assert acc.status == "converged" and "plain_from_epoch" in acc.info
+    assert acc.info.get("float32_epochs", 0) <= acc.info["accelerated_from_epoch"]
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_rbf_kernel_of_float32_features_is_the_float64_one(sparse):
+    """Table 7's RBF rows take their Gram matrices from the dataset's features, which a
+    ``float32: true`` record stores as float32: the kernel is computed in float64."""
+    from topkbench.gram import rbf_kernel
+
+    rng = np.random.default_rng(2)
+    X = (rng.random((50, 40)) < 0.2).astype(np.float64)
+    Z = X[:7] * 0.5
+    conv = sp.csr_matrix if sparse else np.asarray
+    want = rbf_kernel(conv(X), conv(Z), theta=0.0137)
+    got = rbf_kernel(conv(X.astype(np.float32)), conv(Z.astype(np.float32)), theta=0.0137)
+    assert got.dtype == np.float64 and np.array_equal(got, want)
+    assert np.array_equal(rbf_kernel(conv(X.astype(np.float32)), theta=0.3),
+                          rbf_kernel(conv(X), theta=0.3))  # fmt: skip

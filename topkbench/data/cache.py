@@ -16,6 +16,11 @@ from topkbench.data.files import data_dir, missing_files, resolve_path, unique_f
 log = logging.getLogger(__name__)
 
 
+# what a cached dataset holds for a given spec; bumped when that changes (2: float32: true
+# stores sparse values as float32 too)
+_CACHE_FORMAT = 2
+
+
 def _cache_path(cfg: DatasetConfig) -> Path:
     import hashlib
     import json
@@ -24,7 +29,7 @@ def _cache_path(cfg: DatasetConfig) -> Path:
     for f in unique_files(cfg):
         st = resolve_path(cfg, f["file"]).stat()
         stamp.append([f["file"], st.st_size, st.st_mtime_ns])
-    blob = json.dumps([cfg.spec_dict(), stamp], sort_keys=True, default=repr)
+    blob = json.dumps([_CACHE_FORMAT, cfg.spec_dict(), stamp], sort_keys=True, default=repr)
     digest = hashlib.sha256(blob.encode()).hexdigest()[:20]
     return data_dir() / ".cache" / f"{cfg.name}-{digest}.pkl"
 

@@ -592,3 +592,21 @@ def csr_dot_dense(indptr, indices, data, W, out, start=0):
     tens of MB) where the certificates need it."""
     for r in range(out.shape[0]):
         _csr_row_scores(indptr, indices, data, start + r, W, out[r])
+
+
+@njit(cache=True)
+def csr_t_dot_dense(indptr, indices, data, A, out):
+    """``out = X^T A`` for CSR ``X`` (int64 ``indptr``/``indices``): each row's nonzeros add
+    a scaled row of ``A`` to rows of ``out``, rows in order (each entry sums over the
+    examples in order, as scipy's ``X.T @ A`` does, without its n x m pass per column
+    block)."""
+    m = A.shape[1]
+    for f in range(out.shape[0]):
+        for j in range(m):
+            out[f, j] = 0.0
+    for i in range(A.shape[0]):
+        for q in range(indptr[i], indptr[i + 1]):
+            xf = data[q]
+            f = indices[q]
+            for j in range(m):
+                out[f, j] += xf * A[i, j]

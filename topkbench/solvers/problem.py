@@ -154,7 +154,13 @@ def _score_blocks(X, W):
 
 
 def features_t_dot(X, A) -> np.ndarray:
-    """``X^T A`` as a C-contiguous float64 d x m matrix, by row blocks when :func:`_blocked`."""
+    """``X^T A`` as a C-contiguous float64 d x m matrix: CSR by
+    :func:`~topkbench.solvers.epochs.csr_t_dot_dense`, dense by BLAS (by row blocks when
+    :func:`_blocked`)."""
+    if sp.issparse(X):
+        out = np.empty((X.shape[1], A.shape[1]))
+        _e.csr_t_dot_dense(*_csr_arrays(X), np.ascontiguousarray(A, dtype=np.float64), out)
+        return out
     if not _blocked(X, A.shape[1]):
         return np.ascontiguousarray(X.T @ A, dtype=np.float64)
     out = np.zeros((X.shape[1], A.shape[1]))
@@ -491,10 +497,10 @@ class Run:
     epoch count and budgets, the trace, the clock (``on_eval`` time excluded), the random
     stream of the permutations and the softmax warm starts ``troots``."""
 
-    def __init__(self, n, *, eps, max_epochs, time_limit, seed, on_eval, single=False):
+    def __init__(self, n, *, eps, max_epochs, time_limit, seed, on_eval):
         self.eps = eps
         # plain SDCA's next batch in float32 (float32 features; keeps_single ends it)
-        self.single = single
+        self.single = False
         self.single_epochs = 0
         self.max_epochs = max_epochs
         self.time_limit = time_limit

@@ -34,6 +34,7 @@ from topkbench.solvers.plan import (
     takes_newton,
 )
 from topkbench.solvers.problem import (
+    SINGLE_MIN_GAP,
     Run,
     SDCAProblem,
     TracePoint,
@@ -184,10 +185,11 @@ def solve_sdca(
     else:
         W = prob.rep_of(A) if A0 is not None else np.zeros((prob.X.shape[1], m))
     run = Run(n, eps=eps, max_epochs=max_epochs, time_limit=time_limit, seed=seed,
-              on_eval=on_eval, single=prob.single)  # fmt: skip
+              on_eval=on_eval)  # fmt: skip
     primal, dual = prob.objective(A, W, C, gamma, gaps)
     active = _active_set(gaps, A)
     gap = run.record(primal, dual, A, _public_rep(prob, W))
+    run.single = prob.single and gap >= SINGLE_MIN_GAP  # a warm start may already be close
     status = "converged" if gap <= eps else "running"
     info: dict = {}
     retry_from = 0  # plain SDCA's epochs before the next hand-over may be offered
@@ -223,6 +225,7 @@ def solve_sdca(
             if status != "running":
                 break
             info["plain_from_epoch"] = run.epochs
+            run.single = False  # handed back near the optimum: float64 from here
             W = A if prob.kind == "gram" else prob.rep_of(A)
             primal, dual = prob.objective(A, W, C, gamma, gaps)
             active = _active_set(gaps, A)
