@@ -597,9 +597,8 @@ def csr_dot_dense(indptr, indices, data, W, out, start=0):
 @njit(cache=True)
 def csr_t_dot_dense(indptr, indices, data, A, out):
     """``out = X^T A`` for CSR ``X`` (int64 ``indptr``/``indices``): each row's nonzeros add
-    a scaled row of ``A`` to rows of ``out``, rows in order (each entry sums over the
-    examples in order, as scipy's ``X.T @ A`` does, without its n x m pass per column
-    block)."""
+    a scaled row of ``A`` to rows of ``out``, rows in order: each entry sums over the
+    examples in order, as scipy's ``X.T @ A`` does (the same floats)."""
     m = A.shape[1]
     for f in range(out.shape[0]):
         for j in range(m):

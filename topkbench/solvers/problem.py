@@ -464,9 +464,10 @@ SINGLE_STALL = 3
 
 
 def keeps_single(trace: list[TracePoint]) -> bool:
-    """Whether plain SDCA goes on in float32 after a batch run in float32 ended in the
-    certificate ``trace[-1]``: while the relative gap is at least :data:`SINGLE_MIN_GAP` and
-    one of the last :data:`SINGLE_STALL` certificates set a new smallest gap.  A stall
+    """Whether plain SDCA runs its next batch in float32, at the start of a run or after a
+    float32 batch ended in the certificate ``trace[-1]``: while the relative gap is at least
+    :data:`SINGLE_MIN_GAP` and one of the last :data:`SINGLE_STALL` certificates set a new
+    smallest gap.  A stall
     (badly scaled features, where the rounding of the float32 scores is large against the
     margins, could hold the run above eps) hands the run to float64 for good.  Only the
     trajectory depends on it: every certificate resynchronizes ``W = X^T A`` in float64."""

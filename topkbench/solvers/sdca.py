@@ -34,7 +34,6 @@ from topkbench.solvers.plan import (
     takes_newton,
 )
 from topkbench.solvers.problem import (
-    SINGLE_MIN_GAP,
     Run,
     SDCAProblem,
     TracePoint,
@@ -140,6 +139,11 @@ def solve_sdca(
     gap, so shrinking never certifies a point that is not eps-optimal (cf. liblinear's
     shrinking, which it re-checks at the end).
 
+    Float32 features (dense, or CSR with float32 values): plain SDCA runs the passes of its
+    epochs over W in float32 while :func:`~topkbench.solvers.problem.keeps_single` allows it
+    (from the start, not after a hand-back), its updates and certificates in float64;
+    ``info["float32_epochs"]`` counts those epochs.
+
     Acceleration (``accelerate``: ``"auto"``, ``"catalyst"``, ``"newton"`` or ``"never"``):
     the phases a run may go through and the rules that hand it from one to the next are
     :mod:`topkbench.solvers.plan`'s (plain SDCA, Newton or Newton-CG in the primal,
@@ -189,7 +193,7 @@ def solve_sdca(
     primal, dual = prob.objective(A, W, C, gamma, gaps)
     active = _active_set(gaps, A)
     gap = run.record(primal, dual, A, _public_rep(prob, W))
-    run.single = prob.single and gap >= SINGLE_MIN_GAP  # a warm start may already be close
+    run.single = prob.single and keeps_single(run.trace)  # a warm start may be close
     status = "converged" if gap <= eps else "running"
     info: dict = {}
     retry_from = 0  # plain SDCA's epochs before the next hand-over may be offered
