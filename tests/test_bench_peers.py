@@ -14,6 +14,7 @@ import pytest
 from scipy.special import logsumexp
 from typer.testing import CliRunner
 
+from topkbench.api import fit
 from topkbench.bench.common import make_gaussian_problem
 from topkbench.bench.peers import (
     CERT_LABEL,
@@ -27,7 +28,6 @@ from topkbench.bench.peers import (
 )
 from topkbench.cli import app
 from topkbench.errors import ConfigError
-from topkbench.model import fit
 
 pytest.importorskip("sklearn")
 

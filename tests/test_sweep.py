@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-import topkbench.model
+import topkbench.api
 from topkbench.cli import app, compose
 from topkbench.config import ExperimentConfig
 from topkbench.experiments.report import build_report
@@ -64,7 +64,7 @@ def test_interrupted_sweep_loses_nothing_and_resumes_identically(tmp_path, monke
     ref = smoke_experiment(tmp_path / "ref")
     run_sweep(ref)
     exp = smoke_experiment(tmp_path / "int")
-    real_fit = topkbench.model.fit
+    real_fit = topkbench.api.fit
     calls = {"n": 0}
 
     def flaky_fit(*args, **kwargs):
@@ -75,11 +75,11 @@ def test_interrupted_sweep_loses_nothing_and_resumes_identically(tmp_path, monke
             raise KeyboardInterrupt
         return real_fit(*args, **kwargs)
 
-    monkeypatch.setattr(topkbench.model, "fit", flaky_fit)
+    monkeypatch.setattr(topkbench.api, "fit", flaky_fit)
     with pytest.raises(KeyboardInterrupt):
         run_sweep(exp)
     assert len(_records(exp)) == 22  # every finished fit was kept
-    monkeypatch.setattr(topkbench.model, "fit", real_fit)
+    monkeypatch.setattr(topkbench.api, "fit", real_fit)
     summaries = run_sweep(exp)
     assert sum(s.cached for s in summaries) == 22
     a, b = _records(ref), _records(exp)
@@ -113,7 +113,7 @@ def test_dataset_class_weight_reaches_every_fit_and_the_record_keys(tmp_path, mo
     base = [*smoke_overrides(tmp_path), "experiment.draws=1", "experiment.C_grid.min_exp=0",
             "experiment.C_grid.max_exp=0"]  # fmt: skip
     seen = []
-    real_fit = topkbench.model.fit
+    real_fit = topkbench.api.fit
 
     def spy(*args, **kwargs):
         # not the 12-example compile warm-up (fits.warm_up), nor Ent_tr's LR^Multi start,
@@ -122,7 +122,7 @@ def test_dataset_class_weight_reaches_every_fit_and_the_record_keys(tmp_path, mo
             seen.append(kwargs.get("class_weight"))
         return real_fit(*args, **kwargs)
 
-    monkeypatch.setattr(topkbench.model, "fit", spy)
+    monkeypatch.setattr(topkbench.api, "fit", spy)
     plain = ExperimentConfig.from_dict(compose([*base, f"results_dir={tmp_path / 'a'}"]))
     weighted = ExperimentConfig.from_dict(
         compose([*base, "dataset.class_weight=balanced", f"results_dir={tmp_path / 'b'}"])

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-import topkbench.model
+import topkbench.api
 from topkbench.cli import app, compose
 from topkbench.config import ExperimentConfig
 from topkbench.experiments.report import build_report
@@ -283,7 +283,7 @@ def test_interrupted_sweep_resumes_identically(tmp_path, monkeypatch, joblib_sub
     n_grid = 4 * (1 + 3) * len(exp.C_values)  # rows x (val + 3 CV folds) x base grid
     n_refit = int((ref_recs["fold"] == "refit").sum())
     assert n_grid + n_refit < total  # this run has an extension stage
-    real_fit = topkbench.model.fit
+    real_fit = topkbench.api.fit
     calls = {"n": 0, "stop": None}
 
     def flaky_fit(*args, **kwargs):
@@ -294,7 +294,7 @@ def test_interrupted_sweep_resumes_identically(tmp_path, monkeypatch, joblib_sub
             raise KeyboardInterrupt
         return real_fit(*args, **kwargs)
 
-    monkeypatch.setattr(topkbench.model, "fit", flaky_fit)
+    monkeypatch.setattr(topkbench.api, "fit", flaky_fit)
     # first interruption in the base grid stage
     calls.update(n=0, stop=23)
     with pytest.raises(KeyboardInterrupt):

@@ -11,10 +11,14 @@ __all__ = ["fit", "load", "Model", "__version__"]
 
 
 def __getattr__(name: str):
-    if name in ("fit", "Model"):
-        from topkbench import model
+    if name == "fit":
+        from topkbench.api import fit
 
-        return getattr(model, name)
+        return fit
+    if name == "Model":
+        from topkbench.model import Model
+
+        return Model
     if name == "load":
         from topkbench.model import Model
 

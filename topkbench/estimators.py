@@ -74,8 +74,8 @@ class _TopkbenchEstimator(BaseEstimator):
         return spec
 
     def _fit(self, X, targets, n_classes: int, sample_weight=None, **extra):
+        from topkbench.api import fit
         from topkbench.feature_map import FeatureMap, append_bias
-        from topkbench.model import fit
         from topkbench.validation import check_positive
 
         spec = self._spec()

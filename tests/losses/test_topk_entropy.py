@@ -1,5 +1,6 @@
 """Top-k entropy loss and prox (TPAMI 002 Prop. 4, Props. 15-17, eqs. (11)-(14); DESIGN §4.2),
-``topkbench.losses.topk_entropy``.
+``topkbench.losses.topk_entropy`` and its capped candidates,
+``topkbench.losses.topk_entropy_capped``.
 
 Notation: ``x`` in the top-k simplex Delta_k = {x >= 0, s <= 1, x_j <= s/k}, ``s = <1,x>``,
 ``H(x) = -<x, log x> - (1-s) log(1-s)`` (the entropy of the distribution (x, 1-s)).
@@ -579,7 +580,7 @@ def test_top_k_first_orders_only_the_k_largest(b, data):
     """``_top_k_first`` (the capped candidates' partial order): ``bs[:k]`` is the k largest in
     descending order, every later entry is at most ``bs[k-1]``, and ``bs`` is a permutation of
     ``b`` (ties at the bar included: the integer strategy draws many)."""
-    from topkbench.losses.topk_entropy import _top_k_first
+    from topkbench.losses.topk_entropy_capped import _top_k_first
 
     n = b.shape[0]
     k = data.draw(st.integers(1, n))
@@ -624,7 +625,7 @@ def test_extract_next_builds_the_sorted_prefix(b, data):
     candidates): after q calls ``bs[:q]`` is the q largest in descending order, every later
     entry is at most ``bs[q-1]``, ``ex`` follows ``bs``, and the swaps recorded in ``pos``
     undone in reverse give ``b`` back (ties included)."""
-    from topkbench.losses.topk_entropy import _extract_next
+    from topkbench.losses.topk_entropy_capped import _extract_next
 
     n = b.shape[0]
     q = data.draw(st.integers(1, n))
@@ -650,7 +651,7 @@ NO_SUMS = (math.nan, math.nan, math.nan)  # _ent_root_capped's sums with GUESS_N
 
 def _capped_setup(seed, u, n=40, k=5):
     """A capped-candidate input: bs with its u + 1 largest in order, alpha, A = head / k."""
-    from topkbench.losses.topk_entropy import _extract_next
+    from topkbench.losses.topk_entropy_capped import _extract_next
 
     rng = np.random.default_rng(seed)
     alpha = float(10.0 ** rng.uniform(-1, 3))
@@ -664,7 +665,7 @@ def _capped_setup(seed, u, n=40, k=5):
 
 
 def _sums(bs, u, t):
-    from topkbench.losses.topk_entropy import _m_sums
+    from topkbench.losses.topk_entropy_capped import _m_sums
 
     n = bs.shape[0]
     scratch = [np.empty(n) for _ in range(3)]
@@ -679,7 +680,7 @@ def test_m_values_closed_form_where_the_series_stops(seed, u):
     >= SERIES_T_MAX``) to the rounding of its arguments, at points t where no entry of M, only
     its largest, or several of them are past the series range (it scans only when the largest,
     ``bs[u]``, is; the later entries are unordered)."""
-    from topkbench.losses.topk_entropy import _m_values
+    from topkbench.losses.topk_entropy_capped import _m_values
     from topkbench.prox.lambertw import SERIES_T_MAX
 
     bs, _, _, _ = _capped_setup(seed, u)
@@ -703,7 +704,7 @@ def test_capped_h_derivatives_by_finite_differences(seed, u):
     """``_ent_h``'s h' and h'' (Halley's method on the capped candidates) against central
     differences of h and h' (step 1e-4: truncation ~1e-8 relative), at points around the
     candidate's root."""
-    from topkbench.losses.topk_entropy import _ent_h
+    from topkbench.losses.topk_entropy_capped import _ent_h
 
     bs, kf, alpha, A = _capped_setup(seed, u)
 
@@ -724,7 +725,7 @@ def test_capped_sums_by_taylor_within_rounding():
     """``_sums_at`` moves M's sums by Taylor's formula for steps up to ``_SUMS_TAYLOR``: S
     within a few ulp (times alpha) of the full evaluation, which the root's tolerance
     ``8 (n + 2) eps alpha`` dwarfs; a longer step is evaluated in full."""
-    from topkbench.losses.topk_entropy import _SUMS_TAYLOR, _sums_at
+    from topkbench.losses.topk_entropy_capped import _SUMS_TAYLOR, _sums_at
 
     for seed in range(5):
         bs, kf, alpha, A = _capped_setup(seed, 1)
@@ -745,7 +746,7 @@ def test_capped_first_evaluation_from_the_root_values(seed):
     """The first capped candidate starts at the u = 0 root and takes M's sums from the root's
     values (all entries minus the u largest, ``at_guess``): same root and s as evaluating M
     in full, and as aiming one step from those sums (a capped hint's ``GUESS_ROUGH``)."""
-    from topkbench.losses.topk_entropy import (
+    from topkbench.losses.topk_entropy_capped import (
         GUESS_EXACT,
         GUESS_NONE,
         GUESS_ROUGH,
@@ -808,8 +809,8 @@ def test_capped_f_derivatives_and_sign(seed, u):
     """``_ent_f`` (the capped candidates' log-domain equation): F' and F'' against central
     differences of F and F' (step 1e-6), F increasing, and its sign against h's (F < 0
     exactly where h > 0, the same root), at points around the root inside F's domain."""
-    import topkbench.losses.topk_entropy as te
-    from topkbench.losses.topk_entropy import _ent_f, _ent_h
+    import topkbench.losses.topk_entropy_capped as tc
+    from topkbench.losses.topk_entropy_capped import _ent_f, _ent_h
 
     bs, kf, alpha, A = _capped_setup(seed, u)
     om = 1.0 - u / kf
@@ -818,7 +819,7 @@ def test_capped_f_derivatives_and_sign(seed, u):
         return _ent_f(u, kf, alpha, A, t, *_sums(bs, u, t))
 
     n = bs.shape[0]
-    t_root, _, status, _ = te._ent_root_capped(
+    t_root, _, status, _ = tc._ent_root_capped(
         bs, u, kf, alpha, A, math.nan, *(np.empty(n) for _ in range(3)),
         0, math.nan, NO_SUMS, math.nan,
     )  # fmt: skip
@@ -845,24 +846,24 @@ def test_capped_f_derivatives_and_sign(seed, u):
 def test_capped_root_forms_agree(seed):
     """The capped root on F (where ``1 - s`` is not small) and on the h form (forced by a
     huge ``_Q_LOG``) agree to the stopping tolerance."""
-    import topkbench.losses.topk_entropy as te
+    import topkbench.losses.topk_entropy_capped as tc
 
     bs, kf, alpha, A = _capped_setup(seed, 1, n=99)
     n = bs.shape[0]
-    t_f, S_f, st_f, _ = te._ent_root_capped.py_func(
+    t_f, S_f, st_f, _ = tc._ent_root_capped.py_func(
         bs, 1, kf, alpha, A, math.nan, *(np.empty(n) for _ in range(3)), 0,
         math.nan, NO_SUMS, math.nan,
     )  # fmt: skip
-    saved = te._Q_LOG, te._ent_g
+    saved = tc._Q_LOG, tc._ent_g
     try:
-        te._Q_LOG = 2.0  # Q > 2 alpha never holds: every evaluation takes the h form
-        te._ent_g = te._ent_g.py_func
-        t_h, S_h, st_h, _ = te._ent_root_capped.py_func(
+        tc._Q_LOG = 2.0  # Q > 2 alpha never holds: every evaluation takes the h form
+        tc._ent_g = tc._ent_g.py_func
+        t_h, S_h, st_h, _ = tc._ent_root_capped.py_func(
             bs, 1, kf, alpha, A, math.nan, *(np.empty(n) for _ in range(3)), 0,
             math.nan, NO_SUMS, math.nan,
         )  # fmt: skip
     finally:
-        te._Q_LOG, te._ent_g = saved
+        tc._Q_LOG, tc._ent_g = saved
     assert st_f == st_h == STATUS_OK
     assert abs(t_f - t_h) <= 1e-11 * (1.0 + abs(t_h)), (t_f, t_h)
     assert abs(S_f - S_h) <= 1e-11 * (S_h + alpha)

@@ -136,9 +136,9 @@ def test_woodbury_newton_reaches_cvxpy_optimum(problem_factory, monkeypatch, met
                                                C, sparse):  # fmt: skip
     """The hinges' Newton phase through the Woodbury system (the dense limit lowered so that
     it applies), dense and CSR, badly scaled: cvxpy's optimum, certified brackets."""
-    import topkbench.solvers.newton as newton
+    import topkbench.solvers.plan as plan
 
-    monkeypatch.setattr(newton, "NEWTON_MAX_DIM", 1)
+    monkeypatch.setattr(plan, "NEWTON_MAX_DIM", 1)
     X, y = problem_factory(n=16, d=3, m=4, seed=31, zero_rows=(0,), sparse=sparse)
     X = ill_conditioned(X)
     model = fit_accelerated(X, y, method, "newton", C=C, k=k, gamma=gamma)
@@ -153,9 +153,9 @@ def test_woodbury_newton_reaches_cvxpy_optimum(problem_factory, monkeypatch, met
 
 @pytest.mark.parametrize("gamma,sparse", [(0.0, False), (0.0, True), (1.0, False)])
 def test_woodbury_newton_multilabel_reaches_cvxpy_optimum(monkeypatch, gamma, sparse):
-    import topkbench.solvers.newton as newton
+    import topkbench.solvers.plan as plan
 
-    monkeypatch.setattr(newton, "NEWTON_MAX_DIM", 1)
+    monkeypatch.setattr(plan, "NEWTON_MAX_DIM", 1)
     X, Y = make_ml_problem(n=16, m=4, seed=32, sparse=sparse)
     X = ill_conditioned(X)
     model = fit_accelerated(X, Y, "svm_ml", "newton", C=1.0, gamma=gamma)

@@ -12,18 +12,12 @@ from solvers.test_accelerated import ill_conditioned
 
 import topkbench
 from topkbench.errors import ConvergenceWarning
+from topkbench.losses.curvature import Curvature
 from topkbench.losses.registry import get_method
-from topkbench.solvers import hessian_kernels
-from topkbench.solvers.newton import (
-    NEWTON_MAX_DIM,
-    PROX_MIN_GAMMA,
-    _Derivatives,
-    _GramRows,
-    _hessian,
-    _newton_step,
-    _smoothing_centre,
-    _woodbury_direction,
-)
+from topkbench.solvers import hessian_kernels, newton_steps, plan
+from topkbench.solvers.newton import PROX_MIN_GAMMA, derivatives_of
+from topkbench.solvers.newton_steps import GramRows, hessian, newton_step, woodbury_direction
+from topkbench.solvers.plan import NEWTON_MAX_DIM
 from topkbench.solvers.problem import SDCAProblem
 
 # (method, gamma): every loss Newton covers; at the test point the simplex sum of svm_multi
@@ -54,9 +48,9 @@ def test_hessian_is_the_gradients_derivative(problem_factory, method, gamma):
     rng = np.random.default_rng(1)
     C = 0.7
     W = rng.standard_normal((3, 5)) * np.array([[100.0], [3.0], [0.1]])
-    deriv = _Derivatives(prob)
+    deriv = derivatives_of(prob)
     deriv.gradient(prob.scores(W), gamma)
-    H = _hessian(prob.X, deriv, C, 5)
+    H = hessian(prob.X, deriv, C, 5)
     np.testing.assert_allclose(H, H.T, rtol=0, atol=1e-9 * np.abs(H).max())
     assert np.linalg.eigvalsh(H).min() >= 1.0 - 1e-9 * np.abs(H).max()  # I + PSD
     for _ in range(3):
@@ -71,7 +65,7 @@ def test_hinge_cases_cover_both_simplex_regimes(problem_factory):
     prob = _problem(problem_factory, "svm_multi")
     rng = np.random.default_rng(1)
     W = rng.standard_normal((3, 5)) * np.array([[100.0], [3.0], [0.1]])
-    deriv = _Derivatives(prob)
+    deriv = derivatives_of(prob)
     deriv.gradient(prob.scores(W), 5.0)
     support, binds, _ = deriv.state
     assert binds.any() and (~binds & support.any(axis=1)).any()
@@ -154,10 +148,8 @@ def test_not_applicable_falls_back_to_catalyst(problem_factory):
     model = topkbench.fit(wide, y, "svm_multi", gamma=0.5, **kw)  # the Woodbury route
     assert model.converged and model.info["newton_iterations"] > 0
     assert "accelerated_from_epoch" not in model.info
-    import topkbench.solvers.newton as newton
-
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(newton, "WOODBURY_MAX_ROWS", X.shape[0] - 1)
+        mp.setattr(plan, "WOODBURY_MAX_ROWS", X.shape[0] - 1)
         model = topkbench.fit(wide, y, "svm_multi", gamma=0.5, **kw)
     assert "accelerated_from_epoch" in model.info and "newton_from_epoch" not in model.info
     import topkbench.solvers.sdca as sdca
@@ -172,7 +164,7 @@ def test_not_applicable_falls_back_to_catalyst(problem_factory):
         return solve
 
     with pytest.MonkeyPatch.context() as mp:  # a Woodbury system too large: handed on
-        mp.setattr(newton, "WOODBURY_MAX_RANK", 1)
+        mp.setattr(plan, "WOODBURY_MAX_RANK", 1)
         mp.setattr(sdca, "solve_newton", recording(sdca.solve_newton, given))
         mp.setattr(sdca, "solve_accelerated", recording(sdca.solve_accelerated, handed))
         model = topkbench.fit(wide, y, "svm_multi", gamma=0.5, **{**kw, "max_epochs": 10**5})
@@ -200,7 +192,7 @@ def test_gradient_matches_the_kernels_loss(method, gamma, k, scale):
     prob = SDCAProblem(rng.standard_normal((n, 3)), y, gram=False, n_classes=m,
                        loss_id=get_method(method).loss_id, k=k)  # fmt: skip
     S = rng.standard_normal((n, m)) * scale
-    G = _Derivatives(prob).gradient(S, gamma)
+    G = derivatives_of(prob).gradient(S, gamma)
 
     def loss_sum(T):
         return prob.values(np.ascontiguousarray(T), np.zeros((n, m)), 0.0, 1.0, gamma)[0] * n
@@ -219,7 +211,7 @@ def test_multilabel_gradient_matches_the_kernels_loss():
         prob = SDCAProblem(rng.standard_normal((n, 3)), Y, gram=False, n_classes=m,
                            loss_id=get_method(method).loss_id, k=1)  # fmt: skip
         S = rng.standard_normal((n, m)) * 10.0
-        G = _Derivatives(prob).gradient(S, gamma)
+        G = derivatives_of(prob).gradient(S, gamma)
 
         def loss_sum(T, prob=prob, gamma=gamma):
             return prob.values(np.ascontiguousarray(T), np.zeros((n, m)), 0.0, 1.0, gamma)[0] * n
@@ -241,12 +233,11 @@ def test_huge_C_first_step(problem_factory, C):
 
 
 def test_a_failed_newton_step_hands_on_to_catalyst(problem_factory, monkeypatch):
-    import topkbench.solvers.newton as newton
 
     X, y = problem_factory(n=30, d=3, m=5, seed=48)
     X = ill_conditioned(X)
     ref = topkbench.fit(X, y, "lr_multi", C=10.0, eps=1e-9, accelerate="newton")
-    monkeypatch.setattr(newton, "_newton_step", lambda H, grad: None)
+    monkeypatch.setattr(newton_steps, "newton_step", lambda H, grad: None)
     model = topkbench.fit(X, y, "lr_multi", C=10.0, eps=1e-6, accelerate="newton",
                           max_epochs=100_000)  # fmt: skip
     assert model.converged
@@ -261,9 +252,11 @@ def test_a_stall_hands_on(problem_factory, monkeypatch):
 
     X, y = problem_factory(n=30, d=3, m=5, seed=49)
     X = ill_conditioned(X)
-    real = newton._newton_step
-    monkeypatch.setattr(newton, "_newton_step", lambda H, grad: 1e-9 * real(H, grad))
-    monkeypatch.setattr(newton, "ARMIJO", 0.0)
+    from topkbench.solvers import line_search
+
+    real = newton_steps.newton_step
+    monkeypatch.setattr(newton_steps, "newton_step", lambda H, grad: 1e-9 * real(H, grad))
+    monkeypatch.setattr(line_search, "ARMIJO", 0.0)
     model = topkbench.fit(X, y, "lr_multi", C=10.0, eps=1e-6, accelerate="newton",
                           max_epochs=100_000)  # fmt: skip
     assert model.converged and "accelerated_from_epoch" in model.info
@@ -309,12 +302,12 @@ def test_bipartite_hessian_is_the_gradients_derivative(gamma):
     rng = np.random.default_rng(2)
     C = 0.9
     W = rng.standard_normal((3, 6)) * np.array([[30.0], [1.0], [0.1]])
-    deriv = _Derivatives(prob)
+    deriv = derivatives_of(prob)
     G = deriv.gradient(prob.scores(W), gamma)
     radius = -np.where(deriv.positive, G, 0.0).sum(axis=1) > 1.0 - 1e-9
     free = ~radius & (G != 0.0).any(axis=1)
     assert radius.any() if gamma < 1.0 else free.any()
-    H = _hessian(prob.X, deriv, C, 6)
+    H = hessian(prob.X, deriv, C, 6)
     np.testing.assert_allclose(H, H.T, rtol=0, atol=1e-9 * np.abs(H).max())
     for _ in range(3):
         V = rng.standard_normal((3, 6)) * 1e-8
@@ -336,18 +329,18 @@ def test_structured_curvature_equals_dense_hessians(problem_factory, method, gam
         prob = _problem(problem_factory, method)
     rng = np.random.default_rng(3)
     W = rng.standard_normal((3, prob.m)) * np.array([[30.0], [1.0], [0.1]])
-    deriv = _Derivatives(prob)
+    deriv = derivatives_of(prob)
     S = prob.scores(W)
     deriv.gradient(S, gamma)
     curv = deriv.curvature(0, prob.n)
     dense = np.stack([curv.apply(np.eye(prob.m)[c][None].repeat(prob.n, 0))
                       for c in range(prob.m)], axis=2)  # fmt: skip
-    G0 = deriv._kernel_gradient(np.ascontiguousarray(S), gamma)
+    G0 = deriv.kernel_gradient_at(np.ascontiguousarray(S), gamma)
     h = 1e-7 * min(gamma, 1.0) if gamma else 1e-7
     for c in range(prob.m):
         Sc = S.copy()
         Sc[:, c] += h
-        col = (deriv._kernel_gradient(np.ascontiguousarray(Sc), gamma) - G0) / h
+        col = (deriv.kernel_gradient_at(np.ascontiguousarray(Sc), gamma) - G0) / h
         np.testing.assert_allclose(dense[:, :, c], col, rtol=1e-5, atol=1e-6 / max(gamma, 1e-3))
     np.testing.assert_allclose(curv.diagonal(), np.einsum("icc->ic", dense), atol=1e-12)
 
@@ -356,8 +349,8 @@ def test_exact_step_finds_the_minimum_of_a_piecewise_quadratic():
     """phi(t) = sum_j huber(a_j t - b_j): the line search returns a step in (0, 1] where
     phi's slope is within LINE_SEARCH_TOL of 0 (relative to the first), and phi's minimizer
     itself when asked for it."""
-    from topkbench.solvers import newton
-    from topkbench.solvers.newton import LINE_SEARCH_TOL, _exact_step
+    from topkbench.solvers import line_search
+    from topkbench.solvers.line_search import LINE_SEARCH_TOL, exact_step
 
     rng = np.random.default_rng(4)
     a, b = rng.standard_normal(50) * 10.0, rng.standard_normal(50)
@@ -370,12 +363,12 @@ def test_exact_step_finds_the_minimum_of_a_piecewise_quadratic():
     lo, hi = 0.0, 1.0  # the root of the monotone phi' by bisection
     for _ in range(60):
         lo, hi = ((lo + hi) / 2, hi) if dphi((lo + hi) / 2) < 0.0 else (lo, (lo + hi) / 2)
-    t = _exact_step(dphi, dphi(0.0))
+    t = exact_step(dphi, dphi(0.0))
     assert 0.0 < t <= 1.0 and abs(dphi(t)) <= LINE_SEARCH_TOL * abs(dphi(0.0))
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(newton, "LINE_SEARCH_TOL", 1e-9)
-        assert abs(_exact_step(dphi, dphi(0.0)) - lo) < 1e-9
-    assert _exact_step(lambda t: -1.0 + 0.5 * t, -1.0) == 1.0
+        mp.setattr(line_search, "LINE_SEARCH_TOL", 1e-9)
+        assert abs(exact_step(dphi, dphi(0.0)) - lo) < 1e-9
+    assert exact_step(lambda t: -1.0 + 0.5 * t, -1.0) == 1.0
 
 
 def test_nonsmooth_hinge_hands_over_by_predicted_epochs():
@@ -432,16 +425,15 @@ def test_support_hessians_equal_the_dense_ones(problem_factory, monkeypatch, met
     the assembly from the supports, each class pair's block by the BLAS or by the compiled
     loops, equals the one from the dense matrices, by class-pair products or by one product
     of the rows' vech(x x^T)."""
-    import topkbench.solvers.newton as newton
 
     monkeypatch.setattr(hessian_kernels, "BLAS_MIN_WORK", blas_min_work)
-    monkeypatch.setattr(newton, "DENSE_PAIR_SLOWDOWN", dense_pair_slowdown)
+    monkeypatch.setattr(newton_steps, "DENSE_PAIR_SLOWDOWN", dense_pair_slowdown)
     X, y = problem_factory(n=40, d=3, m=6, seed=17)
     prob = SDCAProblem(ill_conditioned(X), y, gram=False, n_classes=6,
                        loss_id=get_method(method).loss_id, k=k)  # fmt: skip
     rng = np.random.default_rng(6)
     W = rng.standard_normal((3, 6)) * np.array([[30.0], [1.0], [0.1]])
-    deriv = _Derivatives(prob)
+    deriv = derivatives_of(prob)
     G = deriv.gradient(prob.scores(W), gamma)
     assert 0 < (G != 0.0).sum(axis=1).mean() < 6  # supports are proper subsets here
     tptr, tidx, hptr, hvals = deriv.support_blocks(0, prob.n)
@@ -449,24 +441,22 @@ def test_support_hessians_equal_the_dense_ones(problem_factory, monkeypatch, met
         curv = deriv.curvature(0, prob.n)
         dense = np.stack([curv.apply(np.tile(np.eye(6)[c], (prob.n, 1))) for c in range(6)], 2)
     else:
-        dense = deriv._difference_hessians(0, prob.n)
+        dense = deriv.difference_hessians(0, prob.n)
     for i in range(prob.n):
         T = tidx[tptr[i] : tptr[i + 1]]
         block = hvals[hptr[i] : hptr[i + 1]].reshape(T.size, T.size)
         full = np.zeros((6, 6))
         full[np.ix_(T, T)] = block
         np.testing.assert_allclose(full, dense[i], rtol=1e-6, atol=1e-6 / gamma)
-    sparse_H = _hessian(prob.X, deriv, 0.7, 6, weights=np.linspace(0.5, 2.0, prob.n))
+    sparse_H = hessian(prob.X, deriv, 0.7, 6, weights=np.linspace(0.5, 2.0, prob.n))
 
     class Dense:  # the same derivatives through the class-pair products
         sparse_support = False
 
         def curvature(self, a, b):
-            from topkbench.solvers.newton import Curvature
-
             return Curvature(None, (), dense[a:b])
 
-    dense_H = _hessian(prob.X, Dense(), 0.7, 6, weights=np.linspace(0.5, 2.0, prob.n))
+    dense_H = hessian(prob.X, Dense(), 0.7, 6, weights=np.linspace(0.5, 2.0, prob.n))
     np.testing.assert_allclose(sparse_H, dense_H, rtol=1e-6, atol=1e-6 * np.abs(dense_H).max())
 
 
@@ -479,9 +469,7 @@ def test_newton_cg_matches_cvxpy_on_ill_conditioned_features(problem_factory, mo
     the kernels' values of the returned pair."""
     import cvxpy as cp
 
-    import topkbench.solvers.newton as newton
-
-    monkeypatch.setattr(newton, "NEWTON_MAX_DIM", 1)
+    monkeypatch.setattr(plan, "NEWTON_MAX_DIM", 1)
     X, y = problem_factory(n=40, d=3, m=4, seed=23, sparse=sparse)
     X = ill_conditioned(X)
     C = 5.0
@@ -550,9 +538,9 @@ def test_topk_ent_hessians_are_the_gradients_jacobian(m, k, scale):
     with no coordinate capped (scale 0.3: the softmax's), some capped, and all capped (m - 1 =
     k, the closed form); symmetric in every case."""
     prob, S = _topk_ent_scores_problem(m, k, scale=scale)
-    deriv = _Derivatives(prob)
+    deriv = derivatives_of(prob)
     G = deriv.gradient(S, 0.0)
-    H = deriv._topk_ent_hessians(0, prob.n)
+    H = deriv.curvature(0, prob.n).dense
     x = G.copy()
     x[np.arange(prob.n), prob.y[1]] = 0.0
     capped = (x >= x.sum(axis=1, keepdims=True) / k * (1.0 - 1e-9)).sum(axis=1)
@@ -564,7 +552,7 @@ def test_topk_ent_hessians_are_the_gradients_jacobian(m, k, scale):
     for c in range(m):
         E = np.zeros_like(S)
         E[:, c] = h
-        hi, lo = deriv._kernel_gradient(S + E, 0.0), deriv._kernel_gradient(S - E, 0.0)
+        hi, lo = deriv.kernel_gradient_at(S + E, 0.0), deriv.kernel_gradient_at(S - E, 0.0)
         fd[:, :, c] = (hi - lo) / (2 * h)
     np.testing.assert_allclose(H, fd, rtol=0, atol=1e-8)
     np.testing.assert_array_equal(H, H.transpose(0, 2, 1))
@@ -590,11 +578,11 @@ def test_topk_ent_jacobian_matches_cvxpy():
     for a in (np.array([2.5, 2.2, 0.1, -1.0, -3.0]), np.array([0.4, -0.2, 0.1, -1.0, 0.3])):
         prob = SDCAProblem(np.ones((1, 1)), np.array([0]), gram=False, n_classes=a.size + 1,
                            loss_id=get_method("topk_ent").loss_id, k=k)  # fmt: skip
-        deriv = _Derivatives(prob)
+        deriv = derivatives_of(prob)
         S = np.concatenate([[0.0], a])[None, :]  # label 0: a_j = s_j
         G = deriv.gradient(S, 0.0)
         np.testing.assert_allclose(G[0, 1:], maximizer(a, k), rtol=0, atol=2e-6)
-        J = deriv._topk_ent_hessians(0, 1)[0][1:, 1:]
+        J = deriv.curvature(0, 1).dense[0][1:, 1:]
         # cvxpy's maximizer is good to ~1e-6: a wide step, within the partition at these a
         h = 1e-2
         fd = np.column_stack([(maximizer(a + h * e, k) - maximizer(a - h * e, k)) / (2 * h)
@@ -615,7 +603,7 @@ def test_loss_from_the_gradient_is_the_kernels_loss(method, gamma, k, scale):
     n, m = 50, 6
     X, y = rng.standard_normal((n, 3)), rng.integers(0, m, n)
     prob = SDCAProblem(X, y, gram=False, n_classes=m, loss_id=get_method(method).loss_id, k=k)
-    deriv = _Derivatives(prob)
+    deriv = derivatives_of(prob)
     assert deriv.fenchel_young
     S = rng.standard_normal((n, m)) * scale
     G = deriv.gradient(S, gamma)
@@ -644,7 +632,7 @@ def test_line_search_with_fenchel_young_and_live_rows_takes_the_same_step(
     zero at both ends returns the step of the one that evaluates every loss on every row;
     Newton directions from points ever further from the optimum have such rows, and some take
     exact steps (the evaluations on the live rows)."""
-    import topkbench.solvers.newton as newton
+    from topkbench.solvers.line_search import line_search
 
     if method == "svm_ml":
         X, y = _multilabel_problem(seed=9, n=60)
@@ -660,22 +648,20 @@ def test_line_search_with_fenchel_young_and_live_rows_takes_the_same_step(
     W0 = topkbench.fit(X, y, method, C=C, gamma=gamma, k=k, eps=1e-8).W
     for noise in (1e-7, 1e-5, 1e-3, 1e-2, 0.1, 1.0):  # above the rounding floor of F
         W = W0 + noise * np.abs(W0).max() * rng.standard_normal(W0.shape)
-        deriv = _Derivatives(prob)
+        deriv = derivatives_of(prob)
         S = prob.scores(W)
         G = deriv.gradient(S, gamma)
         grad = W + C * np.asarray(prob.X.T @ G)
-        step = newton._newton_step(_hessian(prob.X, deriv, C, m), grad.T.reshape(-1))
+        step = newton_step(hessian(prob.X, deriv, C, m), grad.T.reshape(-1))
         D = np.ascontiguousarray(step.reshape(m, -1).T)
         SD = prob.scores(D)
         slope = float(np.vdot(grad, D))
         G1 = deriv.gradient(S + SD, gamma)
         dead += int((~((G != 0).any(axis=1) | (G1 != 0).any(axis=1))).sum())
-        t_fy, G_t = newton._line_search(prob, _Derivatives(prob), W, S, D, SD, C, gamma, slope,
-                                        G)  # fmt: skip
-        with monkeypatch.context() as mp:
-            mp.setattr(newton, "FENCHEL_YOUNG_LOSSES", ())
-            t_plain, _ = newton._line_search(prob, _Derivatives(prob), W, S, D, SD, C, gamma,
-                                             slope, G)  # fmt: skip
+        t_fy, G_t = line_search(prob, derivatives_of(prob), W, S, D, SD, C, gamma, slope, G)
+        plain = derivatives_of(prob)
+        plain.fenchel_young = False  # every loss evaluated on every row
+        t_plain, _ = line_search(prob, plain, W, S, D, SD, C, gamma, slope, G)
         assert t_fy == pytest.approx(t_plain, rel=1e-9, abs=1e-12)
         # the gradient handed back is the whole gradient at the step, dropped rows included
         np.testing.assert_array_equal(G_t, deriv.gradient(S + t_fy * SD, gamma))
@@ -701,8 +687,8 @@ def test_stage_loss_about_a_centre_is_the_proximal_smoothing(method):
     prob = SDCAProblem(rng.standard_normal((n, 3)), y, gram=False, n_classes=m,
                        loss_id=get_method(method).loss_id, k=1)  # fmt: skip
     S = rng.standard_normal((n, m)) * 2.0
-    deriv = _Derivatives(prob)
-    V = _smoothing_centre(prob, deriv.gradient(rng.standard_normal((n, m)) * 3.0, 0.05))
+    deriv = derivatives_of(prob)
+    V = deriv.smoothing_centre(deriv.gradient(rng.standard_normal((n, m)) * 3.0, 0.05))
     G = deriv.gradient(S + gamma * V, gamma)
     shifted_loss = prob.values(np.ascontiguousarray(S + gamma * V), np.zeros((n, m)), 0.0, 1.0,
                                gamma)[0] * n  # fmt: skip
@@ -749,7 +735,7 @@ def test_centre_at_a_subgradient_leaves_the_loss_unsmoothed(method, k):
                        loss_id=get_method(method).loss_id, k=k, rho=rho)  # fmt: skip
     S = rng.standard_normal((n, m)) * 2.0
     # a maximizer (to 1e-9) of the unsmoothed problem: the smoothed gradient at gamma = 1e-9
-    V = _smoothing_centre(prob, _Derivatives(prob).gradient(S, 1e-9))
+    V = derivatives_of(prob).smoothing_centre(derivatives_of(prob).gradient(S, 1e-9))
 
     def loss_sum(T, g):
         return prob.values(np.ascontiguousarray(T), np.zeros((n, m)), 0.0, 1.0, g)[0] * n
@@ -788,16 +774,16 @@ def test_woodbury_direction_is_the_dense_newton_step(method, gamma, k, sparse):
     # near the optimum, where examples sit in their hinges' quadratic pieces
     W = topkbench.fit(Xs, y, method, C=C, gamma=gamma, k=k, max_epochs=30, sample_weight=w,
                       n_classes=m, warn=False, accelerate="never").W  # fmt: skip
-    deriv = _Derivatives(prob)
+    deriv = derivatives_of(prob)
     G = deriv.gradient(prob.scores(W), gamma)
     grad = W + C * np.asarray(prob.X.T @ (w[:, None] * G))
-    H = _hessian(prob.X, deriv, C, m, prob.weights)
+    H = hessian(prob.X, deriv, C, m, prob.weights)
     assert (np.abs(H - np.eye(d * m)) > 0.0).any()
-    want = _newton_step(H.copy(), grad.T.reshape(-1)).reshape(m, d).T  # factors in place
-    per_call, whole = _GramRows(prob.X), _GramRows(prob.X)
+    want = newton_step(H.copy(), grad.T.reshape(-1)).reshape(m, d).T  # factors in place
+    per_call, whole = GramRows(prob.X), GramRows(prob.X)
     whole.spent = np.inf  # its first block already takes the whole X X^T
     for gram in (per_call, whole):
-        got = _woodbury_direction(prob, deriv, C, grad, gram)
+        got = woodbury_direction(prob, deriv, C, grad, gram)
         residual = H @ got.T.reshape(-1) + grad.T.reshape(-1)
         assert np.linalg.norm(residual) <= 1e-6 * np.linalg.norm(grad)  # cond(H) up to 3e6
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-4 * np.abs(want).max())
@@ -829,10 +815,9 @@ def test_hinge_within_the_dense_limit_takes_the_smaller_system(monkeypatch, d, e
     """Within the dense limit a hinge's step solves the Woodbury system when it has fewer
     rows than WOODBURY_DENSE_SHARE d m (few examples, many features), else the formed
     Hessian; either way the fit is certified at the same optimum as accelerated SDCA's."""
-    import topkbench.solvers.newton as newton
 
     calls = {"woodbury": 0, "dense": 0}
-    woodbury, hessian = newton._woodbury_direction, newton._hessian
+    woodbury, dense_hessian = newton_steps.woodbury_direction, newton_steps.hessian
 
     def counted_woodbury(*args, **kw):
         D = woodbury(*args, **kw)
@@ -841,10 +826,10 @@ def test_hinge_within_the_dense_limit_takes_the_smaller_system(monkeypatch, d, e
 
     def counted_hessian(*args, **kw):
         calls["dense"] += 1
-        return hessian(*args, **kw)
+        return dense_hessian(*args, **kw)
 
-    monkeypatch.setattr(newton, "_woodbury_direction", counted_woodbury)
-    monkeypatch.setattr(newton, "_hessian", counted_hessian)
+    monkeypatch.setattr(newton_steps, "woodbury_direction", counted_woodbury)
+    monkeypatch.setattr(newton_steps, "hessian", counted_hessian)
     rng = np.random.default_rng(14)
     X = rng.standard_normal((40, d)) * rng.uniform(0.1, 10.0, d)
     Y = sp.csr_matrix(rng.random((40, 6)) < 0.35)
@@ -862,11 +847,10 @@ def test_newton_refused_at_a_cold_start_is_offered_again(monkeypatch):
     past its limit before the first step; plain SDCA then goes on and offers Newton again
     after NEWTON_RETRY_EPOCHS epochs, when the margin has thinned, and the fit is certified at
     the optimum plain SDCA reaches."""
-    import topkbench.solvers.newton as newton
     from topkbench.solvers.plan import NEWTON_RETRY_EPOCHS
 
-    monkeypatch.setattr(newton, "NEWTON_MAX_DIM", 1)
-    monkeypatch.setattr(newton, "WOODBURY_MAX_RANK", 200)  # cold: ~300 rows; later 90-150
+    monkeypatch.setattr(plan, "NEWTON_MAX_DIM", 1)
+    monkeypatch.setattr(plan, "WOODBURY_MAX_RANK", 200)  # cold: ~300 rows; later 90-150
     rng = np.random.default_rng(3)
     X = rng.standard_normal((60, 40)) * rng.uniform(0.1, 10.0, 40)
     Y = sp.csr_matrix(rng.random((60, 6)) < 0.35)
@@ -898,7 +882,7 @@ def test_newton_step_shifts_an_indefinite_hessian_from_its_original_entries():
         if np.linalg.eigvalsh(shifted).min() > 0.0:
             break
     want = np.linalg.solve(shifted, -g)
-    got = _newton_step(H.copy(), g)
+    got = newton_step(H.copy(), g)
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-6 * np.abs(want).max())
     assert float(g @ got) < 0.0
-    assert _newton_step(np.full((3, 3), np.nan), np.ones(3)) is None
+    assert newton_step(np.full((3, 3), np.nan), np.ones(3)) is None

@@ -867,7 +867,7 @@ def test_certificates_spread_out_on_runs_no_certificate_can_hand_over(monkeypatc
     ``"auto"`` where the predicted-epochs rule prices the Woodbury route as never paying)
     certifies at a growing fraction of its epochs; a run that may still hand over keeps the
     cap of four epochs between certificates.  Same permutations, so the same epochs' duals."""
-    import topkbench.solvers.newton as newton
+    import topkbench.solvers.plan as plan
     from topkbench.solvers.plan import can_hand_over
     from topkbench.solvers.problem import AUTO_GROWTH, SDCAProblem
 
@@ -878,8 +878,8 @@ def test_certificates_spread_out_on_runs_no_certificate_can_hand_over(monkeypatc
     assert prob.r2 < 1000.0
     assert not can_hand_over(prob, "never", 1.0, 0.0, 1e-3)
     assert can_hand_over(prob, "auto", 1.0, 0.0, 1e-3)  # dense Newton is priced
-    monkeypatch.setattr(newton, "NEWTON_MAX_DIM", 1)  # the Woodbury route ...
-    monkeypatch.setattr(newton, "WOODBURY_MAX_ROWS", 10)  # ... refused at this n
+    monkeypatch.setattr(plan, "NEWTON_MAX_DIM", 1)  # the Woodbury route ...
+    monkeypatch.setattr(plan, "WOODBURY_MAX_ROWS", 10)  # ... refused at this n
     assert not can_hand_over(prob, "auto", 1.0, 0.0, 1e-3)
     kw = dict(
         n_classes=5, loss_id=lid, C=1.0, eps=1e-12, max_epochs=400, warn=False, eval_every="auto"

@@ -59,7 +59,7 @@ class ConditioningRow:
 
 def _compile(X, y, methods) -> None:
     """One tiny fit per method and mode, so no timing includes numba compilation."""
-    from topkbench.model import fit
+    from topkbench.api import fit
 
     m = y.shape[1] if y.ndim == 2 else None
     with warnings.catch_warnings():
@@ -82,9 +82,9 @@ def bench_conditioning(
     """
     from threadpoolctl import threadpool_limits
 
+    from topkbench.api import fit
     from topkbench.data.synthetic import make_ill_conditioned
     from topkbench.losses.registry import get_method
-    from topkbench.model import fit
 
     rows: list[ConditioningRow] = []
     for name in problems:

@@ -61,8 +61,8 @@ def kato_fig2(
     Frank-Wolfe standard / away / pairwise with flat weights, at ``k`` and ``C = 1/(lambda
     n)`` (Kato: lambda = 1/n, i.e. C = 1).  ``iters`` epochs for SDCA and iterations for
     Frank-Wolfe."""
+    from topkbench.api import fit
     from topkbench.losses.registry import get_method as gm
-    from topkbench.model import fit
     from topkbench.validation import check_k, check_positive
 
     m = int(y.max()) + 1
@@ -147,7 +147,7 @@ def fw_study(
     Frank-Wolfe's the upper bound of its augmented problem (Kato Prop. 5): both certify the
     same optimum, SDCA's a little more tightly.  Compiles on a tiny problem first so the
     first run's times exclude JIT."""
-    from topkbench.model import fit
+    from topkbench.api import fit
 
     X = np.ascontiguousarray(X, dtype=np.float64)
     y = np.ascontiguousarray(y, dtype=np.int64)

@@ -318,9 +318,9 @@ def bench_peers(
     run, ``peer_seconds`` and ``refine`` the peers' budget escalation.  Returns one summary
     row per solver and the (time, primal) points behind them (our trace, every sklearn fit).
     """
+    from topkbench.api import fit
     from topkbench.bench.common import make_gaussian_problem
     from topkbench.losses.registry import get_method
-    from topkbench.model import fit
     from topkbench.validation import check_int, check_positive
 
     threadpool_limits = require_sklearn()

@@ -44,13 +44,13 @@ def train(
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     setup_logging(verbose)
+    from topkbench.api import fit
     from topkbench.config import TrainConfig, method_options
     from topkbench.data.dataset import load_dataset
     from topkbench.errors import ConfigError, ConvergenceWarning
     from topkbench.experiments.evaluation import evaluate_multilabel, training_targets
     from topkbench.experiments.fits import class_weight_option
     from topkbench.metrics.topk import topk_accuracy
-    from topkbench.model import fit
 
     cfg = TrainConfig.from_dict(compose(overrides, "train"))
     if save is not None and save.is_dir():
@@ -169,8 +169,12 @@ def _json_safe(obj):
     return obj
 
 
-@app.command(help="List the training methods (generated from the registry).")
+@app.command(
+    help="List the training methods (generated from the registry), each with the solvers "
+    "that fit() chooses from for it (topkbench.api.SOLVERS)."
+)
 def methods() -> None:
+    from topkbench.api import solver_routes
     from topkbench.losses.registry import METHODS
 
     for s in METHODS.values():
@@ -182,3 +186,5 @@ def methods() -> None:
         )
         typer.echo(f"    loss: {s.objective}")
         typer.echo(f"    reference: {s.reference}")
+        for route in solver_routes(s):
+            typer.echo(f"    fit by {route.name}: {route.when}")

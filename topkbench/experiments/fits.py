@@ -178,7 +178,7 @@ def class_weight_option(dataset, method: str) -> dict:
 
 def fit_point(exp, job: PathJob, ctx: _Context, C: float, seed: int, warm, **budget):
     """One fit of a path at ``C`` (``budget`` overrides the experiment's stopping rule)."""
-    from topkbench.model import fit
+    from topkbench.api import fit
 
     data, row = ctx.data, job.row
     stop = {**exp.stop_rule(), **budget}
@@ -272,7 +272,7 @@ def _train_cardinality(dataset) -> float:
 
 def _init_model(exp: ExperimentConfig, data, C: float, seed: int, dataset):
     """LR^Multi trained at ``C`` on a path's training data: the start of its Ent_tr fits."""
-    from topkbench.model import fit
+    from topkbench.api import fit
 
     Xtr, ytr = data.X, data.y
     with warnings.catch_warnings():
@@ -284,7 +284,7 @@ def _init_model(exp: ExperimentConfig, data, C: float, seed: int, dataset):
 
 def warm_up(methods: set[str], rbf_methods: set[str] = frozenset()) -> None:
     """Compile the kernels once in the parent so that workers load them from the cache."""
-    from topkbench.model import fit
+    from topkbench.api import fit
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(12, 3))

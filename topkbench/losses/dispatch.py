@@ -1,5 +1,6 @@
 """The one switch on the loss ids: block update, loss value, conjugate value and the
-certificate's sums for every SDCA loss (TPAMI, 002 §5.1 eq. (9), §5.2; DESIGN §5).
+certificate's sums for every SDCA loss (TPAMI, 002 §5.1 eq. (9), §5.2; DESIGN §5), and the
+family that gives a loss's derivatives for Newton's method (:func:`loss_derivatives`).
 
 Problem (DESIGN §2), with ``C = 1/(lambda n)``::
 
@@ -26,7 +27,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from topkbench.losses import ids
+from topkbench.losses.curvature import LossDerivatives
 from topkbench.losses.entropic import (
+    SoftmaxDerivatives,
+    TopkEntDerivatives,
     _entropic_block,
     _entropic_neg_conj,
     _lr_multi_loss,
@@ -34,12 +39,16 @@ from topkbench.losses.entropic import (
 )
 from topkbench.losses.ids import LOSS_LR_MULTI, LOSS_SVM_OVA, LOSS_TOPK_ENT, LOSS_WTOPK_SVM
 from topkbench.losses.multilabel import (
+    BipartiteDerivatives,
+    SoftmaxMLDerivatives,
     is_multilabel,
     loss_value_ml,
     neg_conjugate_value_ml,
     update_block_ml,
 )
 from topkbench.losses.ova import (
+    HuberOVADerivatives,
+    LogisticOVADerivatives,
     _lr_ova_block,
     _lr_ova_loss,
     _lr_ova_neg_conj,
@@ -48,8 +57,20 @@ from topkbench.losses.ova import (
     svm_ova_neg_conj,
 )
 from topkbench.losses.topk_entropy import topk_ent_loss
-from topkbench.losses.topk_hinge import _hinge_loss, hinge_block, hinge_neg_conj, is_hinge
-from topkbench.losses.weighted_topk import wtopk_block, wtopk_loss, wtopk_neg_conj
+from topkbench.losses.topk_hinge import (
+    SimplexDerivatives,
+    TopkHingeDerivatives,
+    _hinge_loss,
+    hinge_block,
+    hinge_neg_conj,
+    is_hinge,
+)
+from topkbench.losses.weighted_topk import (
+    WeightedTopkDerivatives,
+    wtopk_block,
+    wtopk_loss,
+    wtopk_neg_conj,
+)
 from topkbench.prox.roots import STATUS_OK
 from topkbench.prox.vecmath import vdot
 
@@ -266,3 +287,31 @@ def objective_terms(S, yptr, yidx, A, loss, Cs, gamma, k, rho, lsum0, csum0, gap
         if want_gaps:
             gaps[i] = C * (li - ci) + vdot(A[i], S[i], m)
     return lsum, csum
+
+
+# each loss's derivatives in the scores (:mod:`topkbench.losses.curvature`), by family
+DERIVATIVES: dict[int, type[LossDerivatives]] = {
+    ids.LOSS_SVM_MULTI: SimplexDerivatives,
+    ids.LOSS_LR_MULTI: SoftmaxDerivatives,
+    ids.LOSS_SVM_OVA: HuberOVADerivatives,
+    ids.LOSS_LR_OVA: LogisticOVADerivatives,
+    ids.LOSS_TOPK_SVM_ALPHA: TopkHingeDerivatives,
+    ids.LOSS_TOPK_SVM_ALPHA_PSEUDO: TopkHingeDerivatives,
+    ids.LOSS_TOPK_SVM_BETA: TopkHingeDerivatives,
+    ids.LOSS_TOPK_ENT: TopkEntDerivatives,
+    ids.LOSS_SVM_ML: BipartiteDerivatives,
+    ids.LOSS_LR_ML: SoftmaxMLDerivatives,
+    ids.LOSS_WTOPK_SVM: WeightedTopkDerivatives,
+}
+
+
+def derivatives_family(loss_id: int) -> type[LossDerivatives]:
+    """The class of a loss's derivatives; its class attributes say what a solver may do with
+    the loss (:class:`~topkbench.losses.curvature.LossDerivatives`)."""
+    return DERIVATIVES[loss_id]
+
+
+def loss_derivatives(loss_id: int, y, m: int, k: int = 1, rho=None) -> LossDerivatives:
+    """The derivatives of loss ``loss_id`` for the labels ``y = (yptr, yidx)`` (CSR rows) of
+    ``m`` classes, with the top-k ``k`` and the weighted hinge's rank weights ``rho``."""
+    return DERIVATIVES[loss_id](loss_id, y, m, k, rho)

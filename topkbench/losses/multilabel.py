@@ -40,20 +40,33 @@ tends to ``p = softmax(q)``, used below ``alpha = 1e-16`` (zero-norm examples in
 
 Examples with ``Y`` empty or complete carry no ranking constraint; the Python layer excludes
 them from training.  The kernels still treat them safely: block 0, loss 0, conjugate 0.
+
+Newton's derivatives in the scores (:mod:`topkbench.losses.curvature`): LR^ML has ``G = p -
+1_Y / |Y|`` and LR^Multi's ``H = diag(p) - p p^T`` (:class:`SoftmaxMLDerivatives`);
+SVM^ML_gamma has ``G = sigma * proj_B(z)`` through the bipartite projection, whose Jacobian
+on its face is written out (:class:`BipartiteDerivatives`).  Examples with Y empty or
+complete get gradient and Hessian 0, as in the kernels.
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 from numba import njit
+from scipy.special import logsumexp
 
+from topkbench.losses.curvature import Curvature, StructuredDerivatives
+from topkbench.losses.entropic import SoftmaxCurvature
 from topkbench.losses.ids import LOSS_LR_ML, LOSS_SVM_ML  # noqa: E402
 from topkbench.prox.bipartite import bipartite_from_candidates
 from topkbench.prox.lambertw import lambertw_exp
 from topkbench.prox.roots import STATUS_OK, _entropic_root
 
 ALPHA_TINY = 1e-16
+# SVM^ML_gamma's Hessian: the bipartite projection's radius counts as active when sum p is
+# this close to 1 (its kink; either Jacobian is a generalized one there)
+RADIUS_TOL = 1e-12
 
 
 @njit(cache=True)
@@ -372,3 +385,74 @@ def neg_conjugate_value_ml(loss, labels, a, C, gamma, mask):
         value = -ent
     _set_mask(mask, labels, False)
     return value
+
+
+class _LabelSets:
+    """The label sets as the multilabel derivatives read them: ``positive`` (n x m, Y),
+    ``active`` (0 < |Y| < m: the examples with a ranking constraint) and ``target`` (``1_Y /
+    |Y|`` on the active rows, 0 elsewhere)."""
+
+    row_arrays = ("active", "positive", "target")
+
+    def __init__(self, loss_id: int, y, m: int, k: int = 1, rho=None):
+        super().__init__(loss_id, y, m, k, rho)
+        yptr, yidx = y
+        n = self.rows.size
+        counts = np.diff(yptr)
+        self.active = (counts > 0) & (counts < m)
+        self.positive = np.zeros((n, m), dtype=bool)
+        self.positive[np.repeat(self.rows, counts), yidx] = True
+        T = self.positive / np.maximum(counts, 1)[:, None]
+        T[~self.active] = 0.0
+        self.target = T
+
+
+class SoftmaxMLDerivatives(_LabelSets, SoftmaxCurvature):
+    """LR^ML in the all-class form ``L = logsumexp(s) - mean_Y s``: ``G = p - 1_Y / |Y|``,
+    LR^Multi's H."""
+
+    def gradient(self, S, gamma: float):
+        P = np.exp(S - logsumexp(S, axis=1, keepdims=True))
+        P[~self.active] = 0.0
+        self.state = P
+        return P - self.target
+
+
+class BipartiteDerivatives(_LabelSets, StructuredDerivatives):
+    """SVM^ML_gamma (TPAMI Prop. 6): ``G = sigma * proj_B(z)`` with ``z_j = (1/2 + sigma_j
+    u_j) / gamma`` and ``sigma = -1`` on Y, +1 off Y, B the bipartite simplex of radius 1
+    (:mod:`topkbench.prox.bipartite`), from the kernels' block update.  On the face of the
+    projection's supports ``S_Y``, ``S_Ybar``, its Jacobian J is the projection onto the
+    face's affine hull: with the radius inactive (``sum p < 1``) that hull is ``{<1, x_{S_Y}>
+    = <1, y_{S_Ybar}>}``, so ``J = I_S - w w^T / |S|``, ``w = (1_{S_Y}, -1_{S_Ybar})``; with
+    the radius active both sums are fixed and J is block diagonal, ``I - 1 1^T / |S_Y|`` and
+    ``I - 1 1^T / |S_Ybar|``.  Since ``sigma * w = -1_S``, ``H = diag(sigma) J diag(sigma) /
+    gamma`` is ``(I_S - 1_S 1_S^T / |S|) / gamma``, resp. ``(I_S - 1_{S_Y} 1_{S_Y}^T / |S_Y|
+    - 1_{S_Ybar} 1_{S_Ybar}^T / |S_Ybar|) / gamma``.  On the radius's kink (``sum p = 1`` to
+    rounding, :data:`RADIUS_TOL`) the second is taken: both are elements of the generalized
+    Jacobian there.  The smoothing regularizes every class (Prop. 6)."""
+
+    fenchel_young = True
+    sparse_support = True
+    support_curvature = True
+    smoothed_on_all_classes = True
+
+    def curvature(self, a: int, b: int) -> Curvature:
+        _, gamma, G = self.state
+        G = G[a:b]
+        pos = self.positive[a:b]
+        on_y = (G < 0.0) & pos
+        off_y = (G > 0.0) & ~pos
+        n_y = on_y.sum(axis=1)
+        n_off = off_y.sum(axis=1)
+        radius = (-np.where(pos, G, 0.0).sum(axis=1) >= 1.0 - RADIUS_TOL) & (n_y > 0) & (n_off > 0)
+        support = on_y | off_y
+        root = 1.0 / math.sqrt(gamma)
+        first = np.where(radius[:, None], on_y, support).astype(np.float64)
+        first /= np.sqrt(np.maximum(first.sum(axis=1), 1.0))[:, None]
+        second = np.where(radius[:, None], off_y, False).astype(np.float64)
+        second /= np.sqrt(np.maximum(n_off, 1))[:, None]
+        return Curvature(support / gamma, ((-1.0, first * root), (-1.0, second * root)))
+
+    def support_sizes(self) -> tuple[np.ndarray, int]:
+        return (self.state[2] != 0.0).sum(axis=1), 2

@@ -8,12 +8,21 @@ ytilde_ic`` with ``beta_ic`` in [0, 1] and ``ytilde_ic = +1`` if ``c == y_i`` el
 * LR^OVA: ``u = logit(beta)`` solves ``u + ytilde g + C K sigmoid(u) = 0`` (increasing in u,
   root inside ``[-ytilde g - C K, -ytilde g]``), by Halley steps on all m classes at once
   (:func:`_lr_ova_block`) with safeguarded scalar Newton for the stragglers.
+
+Newton's derivatives in the scores (:mod:`topkbench.losses.curvature`) are diagonal, with
+``t_c = ytilde_c``: LR^OVA ``L = sum_c log(1 + exp(-t_c s_c))`` has ``G_c = -t_c sigmoid(-t_c
+s_c)`` and ``H = diag(sigmoid(s) (1 - sigmoid(s)))``; SVM^OVA_gamma (gamma > 0), the Huber
+hinge of ``z_c = 1 - t_c s_c``, has ``G_c = -t_c beta_c``, ``beta = clip(z / gamma, 0, 1)``
+and ``H = diag([0 < z_c < gamma] / gamma)``.
 """
 
 from __future__ import annotations
 
+import numpy as np
 from numba import njit
+from scipy.special import expit
 
+from topkbench.losses.curvature import Curvature, StructuredDerivatives
 from topkbench.prox.roots import STATUS_OK, _logistic_dual_root, _sigmoid
 from topkbench.prox.vecmath import exp_rough, exp_shifted, log_into, vdot
 
@@ -272,3 +281,46 @@ def svm_ova_neg_conj(a, y, C, gamma):
         beta = a[c] * yt / C
         total += beta - 0.5 * gamma * beta * beta
     return total
+
+
+class _OVADerivatives(StructuredDerivatives):
+    """The one-vs-all losses' derivatives: diagonal Hessians, kept in :attr:`state`."""
+
+    kernel_gradient = False
+    row_arrays = ("labels", "sign")
+
+    def __init__(self, loss_id: int, y, m: int, k: int = 1, rho=None):
+        super().__init__(loss_id, y, m, k, rho)
+        n = self.rows.size
+        self.labels = y[1]
+        self.sign = -np.ones((n, m))
+        self.sign[self.rows, self.labels] = 1.0
+
+    def curvature(self, a: int, b: int) -> Curvature:
+        return Curvature(self.state[a:b])
+
+
+class LogisticOVADerivatives(_OVADerivatives):
+    """LR^OVA (module docstring); its curvature is bounded (by 1/4)."""
+
+    bounded_curvature = True
+    smoothness = 4.0
+
+    def gradient(self, S, gamma: float):
+        self.state = expit(S) * expit(-S)  # sigma (1 - sigma) without underflow
+        return -self.sign * expit(-self.sign * S)
+
+
+class HuberOVADerivatives(_OVADerivatives):
+    """SVM^OVA_gamma (module docstring): the gradient is a projection onto ``[0, 1]`` per
+    class, whose Hessian vanishes off the margin; the smoothing regularizes every class
+    (TPAMI Prop. 10)."""
+
+    fenchel_young = True
+    support_curvature = True
+    smoothed_on_all_classes = True
+
+    def gradient(self, S, gamma: float):
+        z = 1.0 - self.sign * S
+        self.state = ((z > 0.0) & (z < gamma)) / gamma
+        return -self.sign * np.clip(z / gamma, 0.0, 1.0)

@@ -9,6 +9,15 @@ Block update, TPAMI Prop. 14 with the simplex replaced by the loss's conjugate d
 (q^{\\y} + (1 - q_y)) / (K + gamma/C)``, ``rho = K / (K + gamma/C)``, by the biased
 projections of :mod:`topkbench.prox.topk` (:mod:`topkbench.prox.projections` for the
 simplex).  The conjugate is ``-<1, x> + gamma/2 ||x||^2`` on the domain.
+
+Newton's derivatives in the scores (gamma > 0; :mod:`topkbench.losses.curvature`).  TPAMI
+Prop. 2 writes the smoothed loss as ``L = max_{v in set} <z, v> - gamma/2 ||v||^2`` on the
+off-label coordinates, ``z = 1 + s^{\\y} - s_y``, so ``v`` is the projection of ``z / gamma``
+onto the loss's set and, with ``M`` the map ``s -> s^{\\y} - s_y``, ``G = M^T v`` and ``H =
+M^T J M / gamma``, J the projection's Jacobian on its face (piecewise constant: a semismooth
+Newton method).  SVM^Multi writes both out (:class:`SimplexDerivatives`); the top-k hinges
+take the gradient from the block update of a zero-norm example and write J on the gradient's
+support (:func:`hinge_support_hessians`, :func:`topkbench.prox.topk.projection_jacobian`).
 """
 
 from __future__ import annotations
@@ -18,6 +27,12 @@ import math
 import numpy as np
 from numba import njit
 
+from topkbench.losses.curvature import (
+    Curvature,
+    LossDerivatives,
+    StructuredDerivatives,
+    support_index,
+)
 from topkbench.losses.ids import (
     LOSS_SVM_MULTI,
     LOSS_TOPK_SVM_ALPHA,
@@ -269,3 +284,100 @@ def hinge_support_hessians(S, yptr, yidx, loss, gamma, k, tptr, tidx, hptr, hval
                 hvals[base + ypos * size + p] = -row / gamma
         if ypos >= 0:
             hvals[base + ypos * size + ypos] = total / gamma
+
+
+def _simplex_project(w):
+    """Row-wise projection onto ``{v >= 0, sum v <= 1}``; returns ``(v, t)`` with ``v = (w -
+    t)_+`` and ``t = 0`` where the sum constraint does not bind."""
+    pos = np.maximum(w, 0.0)
+    t = np.zeros(w.shape[0])
+    binds = pos.sum(axis=1) > 1.0
+    if binds.any():
+        u = -np.sort(-w[binds], axis=1)
+        css = np.cumsum(u, axis=1) - 1.0
+        ranks = np.arange(1, w.shape[1] + 1)
+        rho = (u - css / ranks > 0.0).sum(axis=1)  # the support size
+        t[binds] = css[np.arange(u.shape[0]), rho - 1] / rho
+    return np.maximum(w - t[:, None], 0.0), t
+
+
+class _HingeFamily:
+    """What the smoothed hinges share: the gradient is an exact projection onto the
+    conjugate's domain, and each H_i lives on its support, at the margin."""
+
+    fenchel_young = True
+    sparse_support = True
+    support_curvature = True
+
+
+class SimplexDerivatives(_HingeFamily, StructuredDerivatives):
+    """SVM^Multi_gamma (gamma > 0, TPAMI Prop. 2 with k = 1): ``v = proj_Delta(z / gamma) =
+    (z / gamma - t)_+`` over ``Delta = {v >= 0, sum v <= 1}``, ``G = M^T v`` (``G_j = v_j``,
+    ``G_y = -sum v``) and ``H = M^T J M / gamma`` with J the projection's Jacobian on the
+    support S of v: ``I_S`` when ``t = 0``, ``I_S - 1_S 1_S^T / |S|`` when the sum constraint
+    binds (t > 0)."""
+
+    kernel_gradient = False
+    row_arrays = ("labels",)
+
+    def __init__(self, loss_id: int, y, m: int, k: int = 1, rho=None):
+        super().__init__(loss_id, y, m, k, rho)
+        self.labels = y[1]
+
+    def gradient(self, S, gamma: float):
+        # v over the off-label coordinates; the label's entry is held at 0, which the
+        # projection maps to 0 (t = 0 leaves it at 0, t > 0 clips it)
+        w = (1.0 + S - S[self.rows, self.labels][:, None]) / gamma
+        w[self.rows, self.labels] = 0.0
+        v, t = _simplex_project(w)
+        self.state = (v > 0.0, t > 0.0, gamma)
+        # for small gamma, w and t are large and sum v may exceed 1 by rounding (~ 1e-16 |z|
+        # / gamma), which would make the dual infeasible and the certificate wrong
+        v /= np.maximum(v.sum(axis=1), 1.0)[:, None]
+        G = v
+        G[self.rows, self.labels] = -v.sum(axis=1)
+        return G
+
+    def curvature(self, a: int, b: int) -> Curvature:
+        """``H = M^T J M / gamma`` with ``M^T I_S M = sum_{j in S} (e_j - e_y)(e_j - e_y)^T =
+        diag(1_S + (|S| - 1) e_y) + (e_y - 1_S)(e_y - 1_S)^T - 1_S 1_S^T``, and the binding
+        sum constraint's ``- u u^T / |S|``, ``u = 1_S - |S| e_y``."""
+        support, binds, gamma = self.state
+        sig = support[a:b].astype(np.float64)
+        rows = np.arange(b - a)
+        y = self.labels[a:b]
+        size = sig.sum(axis=1)
+        live = (size > 0.0)[:, None]
+        diag = sig.copy()
+        diag[rows, y] += size - 1.0
+        ey_minus = -sig
+        ey_minus[rows, y] += 1.0
+        u = sig.copy()
+        u[rows, y] = -size
+        u *= np.where(binds[a:b], 1.0 / np.sqrt(np.maximum(size, 1.0)), 0.0)[:, None]
+        root = 1.0 / math.sqrt(gamma)
+        return Curvature(
+            np.where(live, diag, 0.0) / gamma,
+            ((1.0, np.where(live, ey_minus, 0.0) * root), (-1.0, sig * root), (-1.0, u * root)),
+        )  # fmt: skip
+
+    def support_sizes(self) -> tuple[np.ndarray, int]:
+        t = self.state[0].sum(axis=1)  # the support of v, and the label
+        return t + (t > 0), 3
+
+
+class TopkHingeDerivatives(_HingeFamily, LossDerivatives):
+    """The top-k hinges alpha, alpha pseudo and beta (gamma > 0): the kernels' gradient, and
+    the Hessians on its support written by :func:`hinge_support_hessians` (module
+    docstring); :meth:`curvature` is the differenced form the tests compare with."""
+
+    def support_blocks(self, a: int, b: int):
+        S, gamma, G = self.state
+        tptr, tidx, hptr = support_index(G[a:b] != 0.0)
+        hvals = np.empty(hptr[-1])
+        yptr, yidx = self.y
+        hinge_support_hessians(
+            np.ascontiguousarray(S[a:b]), yptr[a : b + 1] - yptr[a], yidx[yptr[a] : yptr[b]],
+            self.loss_id, gamma, self.k, tptr, tidx, hptr, hvals,
+        )  # fmt: skip
+        return tptr, tidx, hptr, hvals

@@ -42,6 +42,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from topkbench.losses.curvature import LossDerivatives
 from topkbench.prox.permutahedron import argsort_desc, wtopk_biased_projection
 
 
@@ -365,3 +366,12 @@ def wtopk_neg_conj(a, y, C, gamma):
             total += v
             sq += v * v
     return total - 0.5 * gamma * (sq + total * total)
+
+
+class WeightedTopkDerivatives(LossDerivatives):
+    """Newton's derivatives of the smoothed weighted top-k hinge: the gradient is the block
+    update of a zero-norm example (the projection above of ``z / gamma``), and its Hessians
+    are differenced (no Jacobian of the permutahedron's projection is written here).  The
+    smoothing covers all m scores (module docstring)."""
+
+    smoothed_on_all_classes = True

@@ -56,7 +56,7 @@ from __future__ import annotations
 import math
 import time
 
-from topkbench.losses import ids
+from topkbench.losses.dispatch import derivatives_family
 from topkbench.solvers.problem import Run, SDCAProblem, auto_batch, relative_gap
 
 # smoothing of the first continuation stage for the nonsmooth hinges (TPAMI's "SVM_1" rows)
@@ -75,16 +75,12 @@ MAX_RATIO = 1e9
 def loss_smoothness(loss_id: int, gamma: float) -> float:
     """``mu`` such that the loss is (1/mu)-smooth in the scores (0: nonsmooth).
 
-    The entropic losses (LR^Multi, top-k Ent, LR^ML) have a negative-entropy conjugate, which
-    is 1-strongly convex, so they are 1-smooth; LR^OVA's m logistic terms have curvature at
-    most 1/4; the hinges smoothed by gamma (TPAMI Prop. 2) are (1/gamma)-smooth.  Only the
+    The loss's family says it (:attr:`~topkbench.losses.curvature.LossDerivatives.
+    smoothness`); the hinges smoothed by gamma (TPAMI Prop. 2) are (1/gamma)-smooth.  Only the
     choice of kappa depends on it, never the certificate.
     """
-    if loss_id in (ids.LOSS_LR_MULTI, ids.LOSS_TOPK_ENT, ids.LOSS_LR_ML):
-        return 1.0
-    if loss_id == ids.LOSS_LR_OVA:
-        return 4.0
-    return float(gamma)
+    mu = derivatives_family(loss_id).smoothness
+    return float(gamma) if mu is None else mu
 
 
 def first_stage_gamma(loss_id: int, gamma: float) -> float:

@@ -148,6 +148,24 @@ class _ActiveSet:
         self.size = int(_w.compact_active(self.atoms, self.weights, self.hashes, self.size, 1e-14))
         return old - self.size
 
+    def move(self, kind: str, v: int | None, atom, t: float) -> int:
+        """Carry a step of length ``t > 0`` over to the weights, so that ``A = sum_a w_a V_a``
+        stays exact: a FW step moves ``t`` of every weight's mass to ``atom`` (``w <- (1-t) w +
+        t e_U``, the vertex added if new), an away step moves it from atom ``v`` to the others
+        (``w <- (1+t) w - t e_V``), a pairwise step moves ``t`` from ``v`` to ``atom``; then
+        drops the atoms whose weight vanished and returns how many."""
+        if kind == "away":
+            self.weights[: self.size] *= 1.0 + t
+            self.weights[v] -= t
+        else:
+            idx = self.index(atom)  # may grow the arrays; v keeps its index
+            if kind == "fw":
+                self.weights[: self.size] *= 1.0 - t
+            else:
+                self.weights[v] -= t
+            self.weights[idx] += t
+        return self.drop()
+
 
 def solve_frank_wolfe(
     X,
@@ -178,11 +196,36 @@ def solve_frank_wolfe(
     m = int(n_classes)
     y = np.ascontiguousarray(y, dtype=np.int64)
     rho = np.ascontiguousarray(rho, dtype=np.float64)
-    K = rho.shape[0]
     ops = _Ops(X, gram, m)
+    A = np.zeros((n, m)) if A0 is None or variant != "standard" else np.array(A0, dtype=float)
+    res = _iterate(ops, y, rho, C, gamma, variant, A, eps=eps, max_iter=max_iter,
+                   time_limit=time_limit)  # fmt: skip
+    if res.status != "converged" and warn:
+        warnings.warn(
+            f"Frank-Wolfe ({variant}) stopped on {res.status} after {res.iterations} iterations "
+            f"with relative gap {res.relative_gap:.3g} > eps = {eps:g}",
+            ConvergenceWarning,
+            stacklevel=2,
+        )
+    check_certificate(res.primal, res.dual)
+    return res
+
+
+def _iterate(ops: _Ops, y: np.ndarray, rho: np.ndarray, C: float, gamma: float, variant: str,
+             A: np.ndarray, *, eps: float, max_iter: int,
+             time_limit: float | None) -> FWResult:  # fmt: skip
+    """Frank-Wolfe iterations from the feasible dual ``A`` (updated in place) until the
+    certificate ``min_t P^(W~_t) - D^(A_T)`` (module docstring) is within ``eps`` or a budget
+    is spent; returns the best iterate with the certificate, the trace and the step counts.
+
+    Every iteration solves the linear maximization over the product domain (each example's
+    vertex ``U_i``), which also yields ``P^`` of the current point, then moves along the
+    variant's direction (:func:`_direction`) by the exact line search (:func:`_step_size`).
+    """
+    n, m = A.shape
+    K = rho.shape[0]
     rows = np.arange(n)
     sm = gamma / C  # smoothing: weight of the augmented block
-    A = np.zeros((n, m)) if A0 is None or variant != "standard" else np.array(A0, dtype=float)
     W = ops.primal_part(A)
     U = np.empty((n, m))
     V = np.empty((n, m))
@@ -197,7 +240,6 @@ def solve_frank_wolfe(
     A_best, W_best = A, W
     start = time.perf_counter()
     it = 0
-    status = "running"
     while True:
         S = ops.scores(A, W)
         St = S + sm * A if sm else S
@@ -226,62 +268,66 @@ def solve_frank_wolfe(
             break
         G = -St
         G[rows, y] += 1.0
-        base = S if gram else W  # X^T A (or K A)
-        g_a = float(np.vdot(G, A))
-        g_u = float(np.vdot(G, U))
-        kind = "fw"
-        if variant == "standard":
-            d, num, t_max = U - A, g_u - g_a, 1.0
-            Kd = ops.atom_product(atom, y, rho, C) - base
-        else:
-            v, g_v = active.worst(y, rho, C, G)
-            _w.atom_matrix(active.atoms[v], y, rho, C, V)
-            if variant == "pairwise":
-                kind, d, num, t_max = "pairwise", U - V, g_u - g_v, active.weights[v]
-                Kd = ops.atom_product(atom, y, rho, C) - ops.atom_product(
-                    active.atoms[v], y, rho, C
-                )
-            elif g_u - g_a >= g_a - g_v:
-                d, num, t_max = U - A, g_u - g_a, 1.0
-                Kd = ops.atom_product(atom, y, rho, C) - base
-            else:
-                wv = active.weights[v]
-                kind, d, num = "away", A - V, g_a - g_v
-                t_max = wv / (1.0 - wv) if wv < 1.0 else np.inf
-                Kd = base - ops.atom_product(active.atoms[v], y, rho, C)
-        den = float(np.vdot(d, Kd)) if gram else float(np.vdot(Kd, Kd))
-        if sm:
-            den += sm * float(np.vdot(d, d))
-        t = min(max(num / den, 0.0), t_max) if den > 0.0 else t_max
-        if not np.isfinite(t):
-            t = 0.0
+        base = S if ops.gram else W  # X^T A (or K A)
+        kind, v, d, num, t_max, Kd = _direction(variant, ops, active, G, A, U, V, atom, base,
+                                                y, rho, C)  # fmt: skip
+        t = _step_size(d, Kd, num, t_max, sm, ops.gram)
         A += t * d
         if W is not None:
             W += t * Kd
         steps[kind] += 1
         if active is not None and t > 0.0:
-            if kind == "away":
-                active.weights[: active.size] *= 1.0 + t
-                active.weights[v] -= t
-            else:
-                idx = active.index(atom)  # may grow the arrays; v keeps its index
-                if kind == "fw":
-                    active.weights[: active.size] *= 1.0 - t
-                else:
-                    active.weights[v] -= t
-                active.weights[idx] += t
-            steps["drop"] += active.drop()
+            steps["drop"] += active.move(kind, v, atom, t)
         it += 1
     seconds = time.perf_counter() - start
-    if status != "converged" and warn:
-        warnings.warn(
-            f"Frank-Wolfe ({variant}) stopped on {status} after {it} iterations with relative "
-            f"gap {gap:.3g} > eps = {eps:g}",
-            ConvergenceWarning,
-            stacklevel=2,
-        )
-    check_certificate(primal, dual)
     return FWResult(A_best, W_best, primal, dual, gap, status, it, seconds, trace, steps)
+
+
+def _direction(
+    variant: str, ops: _Ops, active: _ActiveSet | None, G, A, U, V, atom, base, y, rho, C: float
+) -> tuple[str, int | None, np.ndarray, float, float, np.ndarray]:
+    """The step of ``variant`` at the gradient ``G`` (Lacoste-Julien & Jaggi 2015), as ``(kind,
+    v, d, <G, d>, t_max, X^T d)`` (``K d`` in kernel mode), from the vertex ``U`` (with its
+    ``atom``) and ``base = X^T A`` (or ``K A``).
+
+    ``standard``: the FW direction ``U - A``, ``t_max = 1``.  ``pairwise``: ``U - V`` for the
+    active atom ``V`` (index ``v``) with the smallest ``<G, V>``, ``t_max = w_V``.  ``away``:
+    the FW direction, or the away direction ``A - V`` with ``t_max = w_V / (1 - w_V)`` when it
+    ascends faster.  ``V`` receives the atom's matrix; ``v`` is None for ``standard``.
+    """
+    g_a = float(np.vdot(G, A))
+    g_u = float(np.vdot(G, U))
+    if variant == "standard":
+        d, num, t_max = U - A, g_u - g_a, 1.0
+        return "fw", None, d, num, t_max, ops.atom_product(atom, y, rho, C) - base
+    v, g_v = active.worst(y, rho, C, G)
+    _w.atom_matrix(active.atoms[v], y, rho, C, V)
+    if variant == "pairwise":
+        d, num, t_max = U - V, g_u - g_v, active.weights[v]
+        Kd = ops.atom_product(atom, y, rho, C) - ops.atom_product(active.atoms[v], y, rho, C)
+        return "pairwise", v, d, num, t_max, Kd
+    if g_u - g_a >= g_a - g_v:
+        d, num, t_max = U - A, g_u - g_a, 1.0
+        return "fw", v, d, num, t_max, ops.atom_product(atom, y, rho, C) - base
+    wv = active.weights[v]
+    d, num = A - V, g_a - g_v
+    t_max = wv / (1.0 - wv) if wv < 1.0 else np.inf
+    return "away", v, d, num, t_max, base - ops.atom_product(active.atoms[v], y, rho, C)
+
+
+def _step_size(d, Kd, num: float, t_max: float, sm: float, gram: bool) -> float:
+    """The exact line search of Kato eq. (20): along ``d``, ``D^(A + t d)`` is a concave
+    quadratic maximized at ``t* = <G, d> / (||X^T d||^2 + gamma/C ||d||^2)`` (``num`` is
+    ``<G, d>``, ``Kd`` is ``X^T d``, or ``K d`` with ``<d, K d>`` in kernel mode, ``sm`` is
+    ``gamma/C``), clipped to ``[0, t_max]``; ``t_max`` on a flat direction and 0 if ``t`` is not
+    finite."""
+    den = float(np.vdot(d, Kd)) if gram else float(np.vdot(Kd, Kd))
+    if sm:
+        den += sm * float(np.vdot(d, d))
+    t = min(max(num / den, 0.0), t_max) if den > 0.0 else t_max
+    if not np.isfinite(t):
+        t = 0.0
+    return t
 
 
 def weight_vector(weights, k: int, m: int) -> np.ndarray:

@@ -1,5 +1,5 @@
 """Compiled assembly of Newton's Hessian from per-example Hessians that live on a few classes
-(:mod:`topkbench.solvers.newton`).
+(:mod:`topkbench.solvers.newton_steps`).
 
 ``I + C sum_i w_i H_i (x) x_i x_i^T`` in the class-major order ``vec(W)[c d + j] = W[j, c]``:
 example i adds ``w_i h_i[c, c'] x_i x_i^T`` to the ``d x d`` block (c, c') for each pair of
@@ -105,64 +105,9 @@ def assemble_support_hessian(Xd, w, tptr, tidx, hptr, hvals, H):
 
 
 @njit(cache=True)
-def structured_support_blocks(diag, U, signs, tptr, tidx, hptr, hvals):
-    """The blocks of :func:`assemble_support_hessian` from structured Hessians ``H_i =
-    diag(diag_i) + sum_r signs_r U[r, i] U[r, i]^T`` on the supports ``tidx`` (the classes
-    where ``diag_i`` or some ``U[r, i]`` is nonzero, found by the caller)."""
-    n = diag.shape[0]
-    R = U.shape[0]
-    for i in range(n):
-        lo, hi = tptr[i], tptr[i + 1]
-        t = hi - lo
-        base = hptr[i]
-        for p in range(t):
-            c = tidx[lo + p]
-            for q in range(t):
-                c2 = tidx[lo + q]
-                v = diag[i, c] if p == q else 0.0
-                for r in range(R):
-                    v += signs[r] * U[r, i, c] * U[r, i, c2]
-                hvals[base + p * t + q] = v
-
-
-@njit(cache=True)
-def topk_ent_hessian_rows(x_m, capped, y, g11, g12, g22, J):
-    """Top-k Ent's per-example Hessians in the scores (the formula of
-    :meth:`topkbench.solvers.newton._Derivatives._topk_ent_hessians`), one row at a time
-    into ``J`` (rows x m x m): ``diag(x_M) + g11 x_M x_M^T + g12 (x_M 1_U^T + 1_U x_M^T) +
-    g22 1_U 1_U^T`` in the coordinates ``s^{\\y} - s_y``, then mapped to the scores with
-    ``r = J 1``: ``J - e_y r^T - r e_y^T + <1, r> e_y e_y^T``."""
-    n, m = x_m.shape
-    r = np.empty(m)
-    for i in range(n):
-        a, b, c = g11[i], g12[i], g22[i]
-        for p in range(m):
-            xp = x_m[i, p]
-            up = 1.0 if capped[i, p] else 0.0
-            for q in range(m):
-                xq = x_m[i, q]
-                uq = 1.0 if capped[i, q] else 0.0
-                J[i, p, q] = a * (xp * xq) + b * (xp * uq + up * xq) + c * (up * uq)
-            J[i, p, p] += xp
-        total = 0.0
-        for p in range(m):
-            acc = 0.0
-            for q in range(m):
-                acc += J[i, p, q]
-            r[p] = acc
-            total += acc
-        yi = y[i]
-        for q in range(m):
-            J[i, yi, q] -= r[q]
-        for p in range(m):
-            J[i, p, yi] -= r[p]
-        J[i, yi, yi] += total
-
-
-@njit(cache=True)
 def woodbury_system(K, idx, R, C, M):
     """``M = I + C (R R^T) o K[idx][:, idx]`` (``o`` elementwise), the Woodbury system of
-    :func:`~topkbench.solvers.newton._woodbury_direction`: row p of ``R`` is a curvature
+    :func:`~topkbench.solvers.newton_steps.woodbury_direction`: row p of ``R`` is a curvature
     direction (in the classes) of the example whose row and column of the Gram matrix ``K``
     are ``idx[p]``.  Row by row, without gathering the Gram block first: each row is
     accumulated over the m classes in a contiguous buffer (both triangles: writing the

@@ -12,6 +12,15 @@ same duality gap, so a hand-over never changes what is certified, only how fast.
 :func:`plan` the phases a run of a given shape may go through, with their rules, as the
 benchmarks print them.  The rules are deterministic: they read the problem's shape and
 conditioning and the run's certificates, never the clock.
+
+**The second-order routes** (:func:`newton_route`).  Newton's Hessian is ``d m x d m``,
+formed in about ``n m^2 d^2`` flops, which for ``d m`` up to :data:`NEWTON_MAX_DIM` (Letter:
+16 x 26, emotions: 72 x 6) costs some tens of epochs' worth of BLAS time, and a Cholesky
+factorization.  Above that the logistic losses, whose curvature is bounded, take Newton-CG
+steps, and the hinges, whose ``H_i`` vanish off the margin and have few directions on it,
+solve a Woodbury system over their examples' curvature, which has far fewer than ``d m``
+rows where ``d m`` is large (scene: 294 x 6).  The loss family says which applies
+(:class:`~topkbench.losses.curvature.LossDerivatives`); the rules here never name a loss.
 """
 
 from __future__ import annotations
@@ -19,9 +28,32 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import scipy.sparse as sp
+
+from topkbench.losses.dispatch import derivatives_family
 from topkbench.solvers.accelerated import condition_number, loss_smoothness
-from topkbench.solvers.newton import newton_cost_epochs, newton_route
 from topkbench.solvers.problem import Run, SDCAProblem
+
+# the Hessian is (d m)^2 doubles and costs about n m^2 d^2 flops per iteration
+NEWTON_MAX_DIM = 1024
+# above NEWTON_MAX_DIM the hinges' Newton steps solve the Woodbury system of their examples'
+# curvature while it has at most this many rows (a factorization of about a tenth of a
+# second), on problems of at most WOODBURY_MAX_ROWS examples: a continuation has about one
+# row per example at the margin, so larger problems (corel5k's 4,050 x 374: some 40,000 rows)
+# would only pay for the refusal
+WOODBURY_MAX_RANK = 3000
+WOODBURY_MAX_ROWS = 3000
+# within the dense limit a hinge's step takes the Woodbury system while it has at most this
+# share of d m rows (its factorization then costs about half the dense one's, which leaves the
+# Gram block and the eigendecompositions their share)
+WOODBURY_DENSE_SHARE = 0.8
+# the cost model of a Newton phase (:func:`newton_cost_epochs`): the iterations a
+# continuation for a nonsmooth hinge typically takes, those of a smooth loss (damped steps,
+# then quadratic convergence), and how much faster per flop its dense products run than an
+# epoch
+NEWTON_ITERATIONS = 30
+NEWTON_ITERATIONS_SMOOTH = 5
+BLAS3_SPEEDUP = 4.0
 
 ACCELERATE_MODES = ("auto", "catalyst", "newton", "never")
 # plain SDCA hands over to accelerated SDCA (accelerate="auto") after at least this many
@@ -60,9 +92,63 @@ class Phase:
 SECOND_ORDER = {"dense": "newton", "cg": "newton-cg", "woodbury": "newton-woodbury"}
 
 
+def newton_route(kind: str, n: int | None, d: int, m: int, loss_id: int) -> str | None:
+    """How Newton's steps are solved on a problem of ``n`` examples (None: unknown) of this
+    shape: ``"dense"`` (features with ``d m <= NEWTON_MAX_DIM``: the Hessian is formed and
+    factored), ``"cg"`` (a loss of bounded curvature above that: Hessian-vector products),
+    ``"woodbury"`` (a hinge above it, at most :data:`WOODBURY_MAX_ROWS` examples: the
+    examples' curvature), or None (a Gram matrix, or none of these)."""
+    if kind == "gram":
+        return None
+    if d * m <= NEWTON_MAX_DIM:
+        return "dense"
+    if derivatives_family(loss_id).bounded_curvature:
+        return "cg"
+    return "woodbury" if woodbury_applies(kind, n, loss_id) else None
+
+
+def woodbury_applies(kind: str, n: int | None, loss_id: int) -> bool:
+    """Whether Woodbury steps may be tried (within the dense limit too): features, at most
+    :data:`WOODBURY_MAX_ROWS` examples, and a loss whose H_i live on its gradient's support
+    (the hinges: SVM^Multi, the top-k hinges, SVM^ML and SVM^OVA, whose H_i is diagonal)."""
+    hinge = derivatives_family(loss_id).support_curvature
+    return kind != "gram" and hinge and n is not None and n <= WOODBURY_MAX_ROWS
+
+
+def route_of(prob: SDCAProblem) -> str | None:
+    """:func:`newton_route` of a problem."""
+    return newton_route(prob.kind, prob.n, prob.X.shape[1], prob.m, prob.loss_id)
+
+
+def newton_cost_epochs(prob: SDCAProblem, smooth: bool = False) -> float:
+    """What a Newton phase costs, in epochs of plain SDCA: :data:`NEWTON_ITERATIONS`
+    iterations for a nonsmooth hinge's continuation (:data:`NEWTON_ITERATIONS_SMOOTH` for a
+    smooth loss), each forming the Hessian (about ``n (d m)^2`` flops) and factoring it
+    (``(d m)^3 / 3``), or on the Woodbury route the Gram matrix and the factorization of a
+    system of ``r`` rows (``n nnz(X) + r^3 / 3``), ``r`` taken as ``n`` for a continuation
+    (about one curvature direction per example at the margin) and ``2 n`` for a smooth hinge
+    (most examples inside their quadratic pieces, several directions each; infinite when that
+    passes :data:`WOODBURY_MAX_RANK`, which the route would refuse), against an
+    epoch's ``4 nnz(X) m``; the factor
+    :data:`BLAS3_SPEEDUP` is how much faster per flop the dense products run than the epoch
+    kernels on these small problems.  Deterministic: a function of the shapes only."""
+    d = prob.X.shape[1]
+    dm = float(d * prob.m)
+    nnz = prob.X.nnz if sp.issparse(prob.X) else prob.n * d
+    if route_of(prob) == "woodbury":
+        r = float(prob.n) * (2.0 if smooth else 1.0)
+        if r > WOODBURY_MAX_RANK:
+            return math.inf  # a system the route would refuse: no hand-over to it
+        iteration = prob.n * float(nnz) + r**3 / 3.0
+    else:
+        iteration = prob.n * dm * dm + dm**3 / 3.0
+    iterations = NEWTON_ITERATIONS_SMOOTH if smooth else NEWTON_ITERATIONS
+    return iterations * iteration / (BLAS3_SPEEDUP * 4.0 * nnz * prob.m)
+
+
 def second_order(kind: str, d: int, m: int, loss_id: int, n: int | None = None) -> str | None:
     """The second-order phase a problem of ``n`` examples (None: unknown, then no Woodbury
-    route) can take (:func:`~topkbench.solvers.newton.newton_route`): ``"newton"`` (the
+    route) can take (:func:`newton_route`): ``"newton"`` (the
     Hessian formed and factored), ``"newton-cg"`` (Hessian-vector products) or
     ``"newton-woodbury"`` (the examples' curvature), or None."""
     route = newton_route(kind, n, d, m, loss_id)
@@ -70,7 +156,8 @@ def second_order(kind: str, d: int, m: int, loss_id: int, n: int | None = None) 
 
 
 def _second_order_of(prob: SDCAProblem) -> str | None:
-    return second_order(prob.kind, prob.X.shape[1], prob.m, prob.loss_id, prob.n)
+    route = route_of(prob)
+    return None if route is None else SECOND_ORDER[route]
 
 
 def _predicted_rule(second: str | None, eps: float) -> bool:
@@ -98,9 +185,8 @@ def hand_over(run: Run, prob: SDCAProblem, accelerate: str, C: float, gamma: flo
       need :data:`ACCEL_PREDICTED_FACTOR` times more epochs again than it has run;
     * below it, with dense Newton or Woodbury steps: once plain SDCA (sublinear on a
       nonsmooth loss however well conditioned), after :data:`PREDICTED_MIN_EPOCHS` epochs, is
-      predicted to need more epochs than the Newton phase costs (:func:`~topkbench.solvers.newton.
-      newton_cost_epochs`: a continuation for a nonsmooth hinge, a few iterations for a
-      smooth loss).
+      predicted to need more epochs than the Newton phase costs (:func:`newton_cost_epochs`:
+      a continuation for a nonsmooth hinge, a few iterations for a smooth loss).
     """
     if not can_hand_over(prob, accelerate, C, gamma, run.eps):
         return False
@@ -192,6 +278,7 @@ def describe(phases: tuple[Phase, ...]) -> str:
     return " -> ".join(str(p) for p in phases)
 
 
-__all__ = ["ACCELERATE_MODES", "NEWTON_RETRY_EPOCHS", "Phase", "can_hand_over", "describe",
-           "hand_over", "plan",
-           "predicted_epochs", "second_order", "takes_newton"]  # fmt: skip
+__all__ = ["ACCELERATE_MODES", "NEWTON_MAX_DIM", "NEWTON_RETRY_EPOCHS", "Phase", "can_hand_over",
+           "describe", "hand_over", "newton_cost_epochs", "newton_route", "plan",
+           "predicted_epochs", "route_of", "second_order", "takes_newton",
+           "woodbury_applies"]  # fmt: skip

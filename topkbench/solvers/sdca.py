@@ -151,31 +151,82 @@ def solve_sdca(
     certifies the same problem with the same gap.  ``W_start`` and ``gamma_start`` (a warm
     model's primal point and last continuation smoothing) are where a Newton phase may start.
     """
-    if sample_weight is not None:
-        sample_weight = np.asarray(sample_weight, dtype=np.float64)
-        if (
-            sample_weight.shape != (X.shape[0],)
-            or not np.all(sample_weight > 0.0)
-            or not (np.all(np.isfinite(sample_weight)))
-        ):
-            raise SolverError("sample_weight must hold one finite positive weight per example")
-    if (rho is not None) != (loss_id == ids.LOSS_WTOPK_SVM):
-        raise SolverError("rank weights rho go with the weighted top-k hinge, and only with it")
-    if rho is not None:
-        rho = np.asarray(rho, dtype=np.float64).ravel()
-        if not (0 < rho.size <= n_classes and np.all(np.isfinite(rho)) and np.all(rho >= 0.0)
-                and np.all(np.diff(rho) <= 0.0) and rho.sum() > 0.0):  # fmt: skip
-            raise SolverError(
-                f"rho must be 1..{n_classes} non-negative, non-increasing rank weights, not all 0"
-            )
+    sample_weight = _checked_sample_weight(sample_weight, X.shape[0])
+    rho = _checked_rank_weights(rho, loss_id, n_classes)
     prob = SDCAProblem(X, y, gram=gram, n_classes=n_classes, loss_id=loss_id, k=k,
                        weights=sample_weight, rho=rho)  # fmt: skip
-    n, m = prob.n, prob.m
     # the one check kept here: the kernels index the scores by k without bounds checks, so an
     # unvalidated k >= m would read past them (intermittent NaNs, not an error)
-    check_k(k, m)
+    check_k(k, prob.m)
     if accelerate not in ACCELERATE_MODES:
         raise SolverError(f"accelerate must be one of {', '.join(ACCELERATE_MODES)}")
+    it = _start(prob, A0, take_A0, shrink)
+    run = Run(prob.n, eps=eps, max_epochs=max_epochs, time_limit=time_limit, seed=seed,
+              on_eval=on_eval)  # fmt: skip
+    _certify(it, prob, run, C, gamma)
+    run.single = prob.single and keeps_single(run.trace)  # a warm start may be close
+    _run_phases(it, prob, run, C, gamma, eval_every=eval_every, accelerate=accelerate,
+                on_batch=on_batch, W_start=W_start, gamma_start=gamma_start)  # fmt: skip
+    return _finish(it, prob, run, warn)
+
+
+def _checked_sample_weight(sample_weight, n: int) -> np.ndarray | None:
+    """``sample_weight`` as float64, one finite positive weight per example (a weight of 0 would
+    give a block an empty box: callers leave such examples out instead)."""
+    if sample_weight is None:
+        return None
+    sample_weight = np.asarray(sample_weight, dtype=np.float64)
+    if (
+        sample_weight.shape != (n,)
+        or not np.all(sample_weight > 0.0)
+        or not (np.all(np.isfinite(sample_weight)))
+    ):
+        raise SolverError("sample_weight must hold one finite positive weight per example")
+    return sample_weight
+
+
+def _checked_rank_weights(rho, loss_id: int, m: int) -> np.ndarray | None:
+    """``rho`` as a flat float64 array: 1..m non-negative, non-increasing rank weights, not all
+    0 (the weighted top-k hinge is convex only then, Kato §4); given exactly when ``loss_id``
+    is the weighted top-k hinge."""
+    if (rho is not None) != (loss_id == ids.LOSS_WTOPK_SVM):
+        raise SolverError("rank weights rho go with the weighted top-k hinge, and only with it")
+    if rho is None:
+        return None
+    rho = np.asarray(rho, dtype=np.float64).ravel()
+    if not (0 < rho.size <= m and np.all(np.isfinite(rho)) and np.all(rho >= 0.0)
+            and np.all(np.diff(rho) <= 0.0) and rho.sum() > 0.0):  # fmt: skip
+        raise SolverError(
+            f"rho must be 1..{m} non-negative, non-increasing rank weights, not all 0"
+        )
+    return rho
+
+
+@dataclass
+class _Iterate:
+    """Where a run stands between its batches and phases.
+
+    ``A`` is the dual (n x m) and ``W`` the primal point it defines, ``X^T A`` (in kernel mode
+    ``A`` itself: the scores ``K A`` come from it); ``primal``, ``dual`` and ``gap`` their last
+    certificate.  ``gaps`` (None without shrinking) receives each example's Fenchel-Young gap
+    at every evaluation, and ``active`` the examples the next plain epochs visit (None: all).
+    """
+
+    A: np.ndarray
+    W: np.ndarray
+    gaps: np.ndarray | None
+    primal: float = np.nan
+    dual: float = np.nan
+    gap: float = np.inf
+    active: np.ndarray | None = None
+    status: str = "running"
+    info: dict = field(default_factory=dict)
+
+
+def _start(prob: SDCAProblem, A0, take_A0: bool, shrink: bool) -> _Iterate:
+    """The starting point: ``A = 0`` (then ``W = 0``) or the warm dual ``A0`` (copied unless
+    ``take_A0``) with ``W = X^T A0``, so that the pair is consistent."""
+    n, m = prob.n, prob.m
     if A0 is None:
         A = np.zeros((n, m), dtype=np.float64)
     else:
@@ -188,98 +239,152 @@ def solve_sdca(
         W = A  # the kernel's scores come from A itself (no offset)
     else:
         W = prob.rep_of(A) if A0 is not None else np.zeros((prob.X.shape[1], m))
-    run = Run(n, eps=eps, max_epochs=max_epochs, time_limit=time_limit, seed=seed,
-              on_eval=on_eval)  # fmt: skip
-    primal, dual = prob.objective(A, W, C, gamma, gaps)
-    active = _active_set(gaps, A)
-    gap = run.record(primal, dual, A, _public_rep(prob, W))
-    run.single = prob.single and keeps_single(run.trace)  # a warm start may be close
-    status = "converged" if gap <= eps else "running"
-    info: dict = {}
+    return _Iterate(A, W, gaps)
+
+
+def _evaluate(it: _Iterate, prob: SDCAProblem, C: float, gamma: float) -> None:
+    """P and D of the pair (A, W), and the examples the next plain epochs visit: shrinking
+    skips those with ``a_i = 0`` and a zero Fenchel-Young gap (zero loss)."""
+    it.primal, it.dual = prob.objective(it.A, it.W, C, gamma, it.gaps)
+    it.active = _active_set(it.gaps, it.A)
+
+
+def _certify(it: _Iterate, prob: SDCAProblem, run: Run, C: float, gamma: float) -> None:
+    """Evaluate (A, W), record the certificate as a trace point (``on_eval`` sees the point)
+    and mark the run converged at a relative gap within eps."""
+    _evaluate(it, prob, C, gamma)
+    it.gap = run.record(it.primal, it.dual, it.A, _public_rep(prob, it.W))
+    if it.gap <= run.eps:
+        it.status = "converged"
+
+
+def _resume_plain(it: _Iterate, prob: SDCAProblem, C: float, gamma: float) -> None:
+    """Plain SDCA goes on from the dual another phase left: ``W`` recomputed from ``A`` (the
+    phase's primal point is not the one A defines) and evaluated, without a trace point (the
+    phase recorded this certificate)."""
+    it.W = it.A if prob.kind == "gram" else prob.rep_of(it.A)
+    _evaluate(it, prob, C, gamma)
+
+
+def _run_phases(it: _Iterate, prob: SDCAProblem, run: Run, C: float, gamma: float, *,
+                eval_every: int | str, accelerate: str, on_batch, W_start,
+                gamma_start: float | None) -> None:  # fmt: skip
+    """Plain SDCA batches, and at most one hand-over to a faster phase, until the run converges
+    or spends a budget (``it.status``).
+
+    At every certificate :func:`~topkbench.solvers.plan.hand_over` decides whether plain SDCA
+    stops for a faster phase.  A Newton phase refused before its first step (the Woodbury
+    system too large: at a cold start every example is at the margin) lets plain SDCA go on
+    from the same dual and offers the hand-over again after ``NEWTON_RETRY_EPOCHS`` more
+    epochs, once; any other hand-over is the last.
+    """
     retry_from = 0  # plain SDCA's epochs before the next hand-over may be offered
-    while status == "running":
+    while it.status == "running":
         budget = run.budget_status()
         if budget is not None:
-            status = budget
+            it.status = budget
             break
         if (accelerate != "never" and run.epochs >= retry_from
                 and hand_over(run, prob, accelerate, C, gamma)):  # fmt: skip
-            newton = takes_newton(prob, accelerate)
-            if newton:
-                with blas_threads(1):
-                    status, A, W, primal, dual, gap, info = solve_newton(
-                        prob, run, A, C, gamma, W_start, gamma_start
-                    )
-            if newton and info.pop("newton_refused", False) and retry_from == 0:
-                # the Woodbury system was too large before any step (at a cold start every
-                # example is at the margin): plain SDCA goes on from the same dual and
-                # offers the hand-over again after NEWTON_RETRY_EPOCHS more epochs, once
-                info = {"newton_refused_at_epoch": run.epochs}
+            if _faster_phases(it, prob, run, C, gamma, accelerate, retry_from == 0, W_start,
+                              gamma_start):  # fmt: skip
                 retry_from = run.epochs + NEWTON_RETRY_EPOCHS
-                W = A if prob.kind == "gram" else prob.rep_of(A)
-                primal, dual = prob.objective(A, W, C, gamma, gaps)
-                active = _active_set(gaps, A)
-                continue
-            if not newton or status == "running":
-                # Newton stalled or failed: accelerated SDCA goes on from its gradient dual
-                newton_info = info if newton else {}
-                status, A, W, primal, dual, gap, info = solve_accelerated(prob, run, A, C, gamma)
-                info = {**newton_info, **info}
-            accelerate = "never"
-            if status != "running":
-                break
-            info["plain_from_epoch"] = run.epochs
-            run.single = False  # handed back near the optimum: float64 from here
-            W = A if prob.kind == "gram" else prob.rep_of(A)
-            primal, dual = prob.objective(A, W, C, gamma, gaps)
-            active = _active_set(gaps, A)
+            else:
+                accelerate = "never"
             continue
-        if eval_every == "auto":
-            n_active = n if active is None else int(active.sum())
-            grow = not can_hand_over(prob, accelerate, C, gamma, eps)
-            batch = run.clip_batch(auto_batch(run.trace, eps, n, n_active, grow=grow))
-        else:
-            batch = run.clip_batch(int(eval_every))
-        perms = run.permutations(batch, active)
-        single = run.single
-        t_batch = time.perf_counter()
-        run.failures += prob.run_epochs(A, W, perms, C, gamma, run.troots, single)
-        run.epochs += batch
-        run.single_epochs += batch if single else 0
-        seconds = time.perf_counter() - t_batch
-        run.epoch_seconds = seconds / batch
-        if on_batch is not None:
-            on_batch(batch, seconds)
-        # resynchronize W = X^T A: D(A) is a certified lower bound only for the W that A
-        # defines, and rank-1 updates accumulate rounding (A ~ C while W may be O(1))
-        if prob.kind != "gram":
-            W[...] = features_t_dot(prob.X, A)
-        primal, dual = prob.objective(A, W, C, gamma, gaps)
-        active = _active_set(gaps, A)
-        gap = run.record(primal, dual, A, _public_rep(prob, W))
-        if single:
-            run.single = keeps_single(run.trace)
-        if gap <= eps:
-            status = "converged"
+        _plain_batch(it, prob, run, C, gamma, eval_every, accelerate, on_batch)
+
+
+def _faster_phases(it: _Iterate, prob: SDCAProblem, run: Run, C: float, gamma: float,
+                   accelerate: str, first_offer: bool, W_start,
+                   gamma_start: float | None) -> bool:  # fmt: skip
+    """The faster phases from the current dual: Newton in the primal
+    (:func:`~topkbench.solvers.plan.takes_newton`), then accelerated SDCA if Newton stalls or
+    fails (from Newton's gradient dual, their infos merged), or accelerated SDCA alone; a run
+    they hand back unconverged resumes plain SDCA in float64 (it is near the optimum).
+
+    Returns True when Newton refused at the ``first_offer`` (``it.info`` then says at which
+    epoch), so that plain SDCA goes on and the hand-over is offered again later.
+    """
+    newton = takes_newton(prob, accelerate)
+    if newton:
+        with blas_threads(1):
+            it.status, it.A, it.W, it.primal, it.dual, it.gap, it.info = solve_newton(
+                prob, run, it.A, C, gamma, W_start, gamma_start
+            )
+    if newton and it.info.pop("newton_refused", False) and first_offer:
+        it.info = {"newton_refused_at_epoch": run.epochs}
+        _resume_plain(it, prob, C, gamma)
+        return True
+    if not newton or it.status == "running":
+        newton_info = it.info if newton else {}
+        it.status, it.A, it.W, it.primal, it.dual, it.gap, info = solve_accelerated(
+            prob, run, it.A, C, gamma
+        )
+        it.info = {**newton_info, **info}
+    if it.status == "running":
+        it.info["plain_from_epoch"] = run.epochs
+        run.single = False  # handed back near the optimum: float64 from here
+        _resume_plain(it, prob, C, gamma)
+    return False
+
+
+def _plain_batch(it: _Iterate, prob: SDCAProblem, run: Run, C: float, gamma: float,
+                 eval_every: int | str, accelerate: str, on_batch) -> None:  # fmt: skip
+    """One batch of plain SDCA epochs, then the certificate.
+
+    The batch is ``eval_every`` epochs, or :func:`auto_batch`'s choice (grown while no later
+    certificate can hand the run over), cut to the budgets; its permutations are drawn in full
+    and filtered by the active set.  ``on_batch`` gets the epochs and the kernel's wall time.
+    """
+    if eval_every == "auto":
+        n_active = prob.n if it.active is None else int(it.active.sum())
+        grow = not can_hand_over(prob, accelerate, C, gamma, run.eps)
+        batch = run.clip_batch(auto_batch(run.trace, run.eps, prob.n, n_active, grow=grow))
+    else:
+        batch = run.clip_batch(int(eval_every))
+    perms = run.permutations(batch, it.active)
+    single = run.single
+    t_batch = time.perf_counter()
+    run.failures += prob.run_epochs(it.A, it.W, perms, C, gamma, run.troots, single)
+    run.epochs += batch
+    run.single_epochs += batch if single else 0
+    seconds = time.perf_counter() - t_batch
+    run.epoch_seconds = seconds / batch
+    if on_batch is not None:
+        on_batch(batch, seconds)
+    # resynchronize W = X^T A: D(A) is a certified lower bound only for the W that A
+    # defines, and rank-1 updates accumulate rounding (A ~ C while W may be O(1))
+    if prob.kind != "gram":
+        it.W[...] = features_t_dot(prob.X, it.A)
+    _certify(it, prob, run, C, gamma)
+    if single:
+        run.single = keeps_single(run.trace)
+
+
+def _finish(it: _Iterate, prob: SDCAProblem, run: Run, warn: bool) -> SDCAResult:
+    """The result of a finished run, after checking weak duality; warns (at the caller of
+    :func:`solve_sdca`) about block updates whose root finding hit its limit and, if ``warn``,
+    about a run stopped by a budget."""
     seconds = run.elapsed()
-    check_certificate(primal, dual)
+    check_certificate(it.primal, it.dual)
     if run.single_epochs:
-        info["float32_epochs"] = run.single_epochs
+        it.info["float32_epochs"] = run.single_epochs
     if run.failures:
         warnings.warn(
             f"{run.failures} block updates hit the inner root-finding iteration limit",
             ConvergenceWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
-    if status != "converged" and warn:
+    if it.status != "converged" and warn:
         warnings.warn(
-            f"SDCA stopped on {status} after {run.epochs} epochs with relative gap {gap:.3g} "
-            f"> eps = {eps:g}",
+            f"SDCA stopped on {it.status} after {run.epochs} epochs with relative gap "
+            f"{it.gap:.3g} > eps = {run.eps:g}",
             ConvergenceWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
-    return SDCAResult(A, _public_rep(prob, W), primal, dual, gap, status, run.epochs, seconds,
-                      run.trace, info)  # fmt: skip
+    return SDCAResult(it.A, _public_rep(prob, it.W), it.primal, it.dual, it.gap, it.status,
+                      run.epochs, seconds, run.trace, it.info)  # fmt: skip
 
 
 def _public_rep(prob: SDCAProblem, W):
