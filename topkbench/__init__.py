@@ -11,16 +11,8 @@ __all__ = ["fit", "load", "Model", "__version__"]
 
 
 def __getattr__(name: str):
-    if name == "fit":
-        from topkbench.api import fit
+    if name in ("fit", "Model", "load"):
+        from topkbench import api
 
-        return fit
-    if name == "Model":
-        from topkbench.model import Model
-
-        return Model
-    if name == "load":
-        from topkbench.model import Model
-
-        return Model.load
+        return {"fit": api.fit, "Model": api.Model, "load": api.Model.load}[name]
     raise AttributeError(f"module 'topkbench' has no attribute {name!r}")

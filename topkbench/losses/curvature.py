@@ -10,7 +10,8 @@ conjugate and block update: :mod:`~topkbench.losses.entropic` (LR^Multi, top-k E
 :mod:`~topkbench.losses.weighted_topk` (Kato's weighted top-k hinge);
 :func:`topkbench.losses.dispatch.loss_derivatives` picks the family of a loss id.  The class
 attributes say what the solver may do with a family (its route and its line search); the
-solver never asks which loss it has.
+solver never asks which loss it has.  The compiled switch hands in the kernels' zero-norm
+gradient and conjugate sums (:class:`LossKernels`).
 
 The Hessians come in two forms (:class:`Curvature`): structured, a diagonal plus at most
 three signed rank-one terms per example (every loss whose Hessian is written out in closed
@@ -23,6 +24,7 @@ give their Hessians on the gradient's support (:meth:`LossDerivatives.support_bl
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -104,11 +106,13 @@ def structured_support_blocks(diag, U, signs, tptr, tidx, hptr, hvals):
                 hvals[base + p * t + q] = v
 
 
-def _dispatch():
-    # the kernels' switch imports every family module, which import this one
-    from topkbench.losses import dispatch
+class LossKernels(NamedTuple):
+    """The compiled switch's functions the derivatives call (:mod:`topkbench.losses.dispatch`,
+    which builds the derivatives and hands them in): ``gradient_duals(S, yptr, yidx, loss, C,
+    gamma, k, rho, out)`` and ``conjugate_terms(yptr, yidx, A, loss, Cs, gamma, k)``."""
 
-    return dispatch
+    gradient_duals: Callable
+    conjugate_terms: Callable
 
 
 class LossDerivatives:
@@ -154,7 +158,8 @@ class LossDerivatives:
     smoothness: float | None = None
     row_arrays: tuple[str, ...] = ()
 
-    def __init__(self, loss_id: int, y, m: int, k: int = 1, rho=None):
+    def __init__(self, kernels: LossKernels, loss_id: int, y, m: int, k: int = 1, rho=None):
+        self.kernels = kernels
         self.loss_id = loss_id
         self.k = k
         self.rho = rho
@@ -187,7 +192,7 @@ class LossDerivatives:
         b = S.shape[0] + a if b is None else b
         ptr = yptr[a : b + 1] - yptr[a]
         out = np.empty_like(S)
-        self.failures += _dispatch().gradient_duals(
+        self.failures += self.kernels.gradient_duals(
             S, ptr, yidx[yptr[a] : yptr[b]], self.loss_id, 1.0, gamma, self.k, self.rho, out
         )
         return -out
@@ -196,7 +201,7 @@ class LossDerivatives:
         """``sum_i -Cs_i L*_gamma(-A_i / Cs_i)`` for this object's rows
         (:func:`~topkbench.losses.dispatch.conjugate_terms`)."""
         yptr, yidx = self.y
-        return _dispatch().conjugate_terms(yptr, yidx, A, self.loss_id, Cs, gamma, self.k)
+        return self.kernels.conjugate_terms(yptr, yidx, A, self.loss_id, Cs, gamma, self.k)
 
     def loss_sum(self, S, G, Cs, gamma: float) -> float:
         """``sum_i Cs_i L_gamma(S_i)`` from the gradient ``G`` at ``S`` (Fenchel-Young:

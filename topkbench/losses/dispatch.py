@@ -28,7 +28,7 @@ import numpy as np
 from numba import njit
 
 from topkbench.losses import ids
-from topkbench.losses.curvature import LossDerivatives
+from topkbench.losses.curvature import LossDerivatives, LossKernels
 from topkbench.losses.entropic import (
     SoftmaxDerivatives,
     TopkEntDerivatives,
@@ -289,6 +289,7 @@ def objective_terms(S, yptr, yidx, A, loss, Cs, gamma, k, rho, lsum0, csum0, gap
     return lsum, csum
 
 
+_KERNELS = LossKernels(gradient_duals, conjugate_terms)
 # each loss's derivatives in the scores (:mod:`topkbench.losses.curvature`), by family
 DERIVATIVES: dict[int, type[LossDerivatives]] = {
     ids.LOSS_SVM_MULTI: SimplexDerivatives,
@@ -314,4 +315,4 @@ def derivatives_family(loss_id: int) -> type[LossDerivatives]:
 def loss_derivatives(loss_id: int, y, m: int, k: int = 1, rho=None) -> LossDerivatives:
     """The derivatives of loss ``loss_id`` for the labels ``y = (yptr, yidx)`` (CSR rows) of
     ``m`` classes, with the top-k ``k`` and the weighted hinge's rank weights ``rho``."""
-    return DERIVATIVES[loss_id](loss_id, y, m, k, rho)
+    return DERIVATIVES[loss_id](_KERNELS, loss_id, y, m, k, rho)

@@ -394,8 +394,9 @@ class _LabelSets:
 
     row_arrays = ("active", "positive", "target")
 
-    def __init__(self, loss_id: int, y, m: int, k: int = 1, rho=None):
-        super().__init__(loss_id, y, m, k, rho)
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        y, m = self.y, self.m
         yptr, yidx = y
         n = self.rows.size
         counts = np.diff(yptr)

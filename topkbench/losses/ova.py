@@ -289,8 +289,9 @@ class _OVADerivatives(StructuredDerivatives):
     kernel_gradient = False
     row_arrays = ("labels", "sign")
 
-    def __init__(self, loss_id: int, y, m: int, k: int = 1, rho=None):
-        super().__init__(loss_id, y, m, k, rho)
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        y, m = self.y, self.m
         n = self.rows.size
         self.labels = y[1]
         self.sign = -np.ones((n, m))

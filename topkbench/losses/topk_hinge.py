@@ -320,9 +320,9 @@ class SimplexDerivatives(_HingeFamily, StructuredDerivatives):
     kernel_gradient = False
     row_arrays = ("labels",)
 
-    def __init__(self, loss_id: int, y, m: int, k: int = 1, rho=None):
-        super().__init__(loss_id, y, m, k, rho)
-        self.labels = y[1]
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.labels = self.y[1]
 
     def gradient(self, S, gamma: float):
         # v over the off-label coordinates; the label's entry is held at 0, which the

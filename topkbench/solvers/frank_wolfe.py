@@ -45,15 +45,18 @@ with the features, one or two atom products and O(n m K).
 from __future__ import annotations
 
 import time
-import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
 
-from topkbench.errors import ConvergenceWarning
 from topkbench.losses import weighted_topk as _w
-from topkbench.solvers.problem import TracePoint, check_certificate, relative_gap
+from topkbench.solvers.problem import (
+    TracePoint,
+    check_certificate,
+    relative_gap,
+    warn_budget_stop,
+)
 
 VARIANTS = ("standard", "away", "pairwise")
 
@@ -201,12 +204,8 @@ def solve_frank_wolfe(
     res = _iterate(ops, y, rho, C, gamma, variant, A, eps=eps, max_iter=max_iter,
                    time_limit=time_limit)  # fmt: skip
     if res.status != "converged" and warn:
-        warnings.warn(
-            f"Frank-Wolfe ({variant}) stopped on {res.status} after {res.iterations} iterations "
-            f"with relative gap {res.relative_gap:.3g} > eps = {eps:g}",
-            ConvergenceWarning,
-            stacklevel=2,
-        )
+        warn_budget_stop(f"Frank-Wolfe ({variant})", res.status, f"{res.iterations} iterations",
+                         res.relative_gap, eps, stacklevel=2)  # fmt: skip
     check_certificate(res.primal, res.dual)
     return res
 

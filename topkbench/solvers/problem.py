@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
 
-from topkbench.errors import SolverError
+from topkbench.errors import ConvergenceWarning, SolverError
 from topkbench.losses import dispatch as _k
 from topkbench.losses import ids as _ids
 from topkbench.solvers import epochs as _e
@@ -69,6 +70,18 @@ def check_certificate(primal: float, dual: float) -> None:
             "likely because C or gamma is extreme for these features: rescale the features "
             "(dataset.scale) or use a smaller C or gamma"
         )
+
+
+def warn_budget_stop(solver: str, status: str, done: str, gap: float, eps: float,
+                     stacklevel: int) -> None:  # fmt: skip
+    """The ``ConvergenceWarning`` of a convex solver that stopped on a budget (``status``)
+    after ``done`` (e.g. "120 epochs") at a relative gap above ``eps``; ``stacklevel`` counts
+    from the caller of this function."""
+    warnings.warn(
+        f"{solver} stopped on {status} after {done} with relative gap {gap:.3g} > eps = {eps:g}",
+        ConvergenceWarning,
+        stacklevel=stacklevel + 1,
+    )
 
 
 def _as_features(X):

@@ -43,6 +43,7 @@ from topkbench.solvers.problem import (
     check_certificate,
     features_t_dot,
     keeps_single,
+    warn_budget_stop,
 )
 from topkbench.validation import check_k
 
@@ -377,12 +378,8 @@ def _finish(it: _Iterate, prob: SDCAProblem, run: Run, warn: bool) -> SDCAResult
             stacklevel=3,
         )
     if it.status != "converged" and warn:
-        warnings.warn(
-            f"SDCA stopped on {it.status} after {run.epochs} epochs with relative gap "
-            f"{it.gap:.3g} > eps = {run.eps:g}",
-            ConvergenceWarning,
-            stacklevel=3,
-        )
+        warn_budget_stop("SDCA", it.status, f"{run.epochs} epochs", it.gap, run.eps,
+                         stacklevel=3)  # fmt: skip
     return SDCAResult(it.A, _public_rep(prob, it.W), it.primal, it.dual, it.gap, it.status,
                       run.epochs, seconds, run.trace, it.info)  # fmt: skip
 
