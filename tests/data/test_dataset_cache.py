@@ -20,8 +20,9 @@ def libsvm_cfg(tmp_path, monkeypatch):
     for split, n in (("train", 30), ("test", 12)):
         lines = []
         for i in range(n):
-            feats = " ".join(f"{j + 1}:{rng.normal():.6f}" for j in range(5))
-            lines.append(f"{1 + i % 3} {feats}")
+            # features 1, 3 and 5 of 8: the file is sparse (3/8 of the entries stored)
+            feats = " ".join(f"{j + 1}:{rng.normal():.6f}" for j in range(0, 5, 2))
+            lines.append(f"{1 + i % 3} {feats} 8:0.5")
         (tmp_path / f"toy.{split}").write_text("\n".join(lines) + "\n")
 
     def make(**extra):
@@ -29,6 +30,29 @@ def libsvm_cfg(tmp_path, monkeypatch):
         return DatasetConfig.from_dict({"name": "toy", "kind": "libsvm", "files": files, **extra})
 
     return make
+
+
+def test_dense_data_in_a_sparse_file_is_stored_dense(tmp_path, monkeypatch):
+    """A LibSVM file that stores (almost) every entry, as Letter's does, gives dense splits
+    of the same values (no larger than CSR, and faster to train on); a sparse one stays CSR."""
+    monkeypatch.setenv("TOPKBENCH_DATA", str(tmp_path / "data"))
+    rng = np.random.default_rng(1)
+    values = rng.normal(size=(2, 12, 6))
+    values[0, 3, 2] = 0.0  # one entry left out: 71 of 72 stored
+    for s, block in zip(("train", "test"), values, strict=True):
+        text = "\n".join(
+            f"{1 + i % 2} "
+            + " ".join(f"{j + 1}:{float(v)!r}" for j, v in enumerate(row) if v != 0.0)
+            for i, row in enumerate(block)
+        )
+        (tmp_path / f"full.{s}").write_text(text + "\n")
+    files = {s: {"file": str(tmp_path / f"full.{s}")} for s in ("train", "test")}
+    cfg = DatasetConfig.from_dict({"name": "full", "kind": "libsvm", "files": files})
+    for load in (load_dataset, load_dataset_cached, load_dataset_cached):
+        for s, block in zip(("train", "test"), values, strict=True):
+            X = load(cfg, 0).splits[s][0]
+            assert not sp.issparse(X)
+            np.testing.assert_array_equal(X, block)
 
 
 def test_dense_splits_come_back_memory_mapped(libsvm_cfg):

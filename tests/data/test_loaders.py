@@ -644,6 +644,7 @@ def holdout_file(tmp_path):
     y = np.concatenate([np.full(c, lab) for lab, c in COUNTS.items()])
     rng.shuffle(y)
     lines = [f"{lab} 1:{i + 1} 2:{rng.normal():.6f}" for i, lab in enumerate(y)]
+    lines[0] += " 5:0.5"  # five columns, two fifths stored: read as CSR
     return write_text(tmp_path / "all.bz2", "\n".join(lines) + "\n"), y
 
 

@@ -76,7 +76,11 @@ def test_unknown_values_and_huge_sparse_standard_are_refused(files, tmp_path, mo
     _, paths = files
     with pytest.raises(ConfigError, match="dataset.scale.*none, standard, maxabs"):
         load(paths, scale="minmax")
-    assert sp.issparse(load(paths).splits["train"][0])  # LibSVM data is read sparse
+    X, y = make_ill_conditioned(80, 6, 3, seed=2)
+    X[np.random.default_rng(2).random(X.shape) < 0.7] = 0.0
+    paths = {"train": write_libsvm(tmp_path / "sp_tr.txt", X[:60], y[:60]),
+             "test": write_libsvm(tmp_path / "sp_te.txt", X[60:], y[60:])}  # fmt: skip
+    assert sp.issparse(load(paths).splits["train"][0])  # sparse LibSVM data is read sparse
     monkeypatch.setattr("topkbench.data.preprocess.MAX_DENSE_GB", 1e-6)
     with pytest.raises(ConfigError, match="sparse data dense"):
         load(paths, scale="standard")

@@ -17,8 +17,8 @@ log = logging.getLogger(__name__)
 
 
 # what a cached dataset holds for a given spec; bumped when that changes (2: float32: true
-# stores sparse values as float32 too)
-_CACHE_FORMAT = 2
+# stores sparse values as float32 too; 3: CSR features at least 2/3 dense are stored dense)
+_CACHE_FORMAT = 3
 
 
 def _cache_path(cfg: DatasetConfig) -> Path:
