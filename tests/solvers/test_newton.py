@@ -886,3 +886,23 @@ def test_newton_step_shifts_an_indefinite_hessian_from_its_original_entries():
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-6 * np.abs(want).max())
     assert float(g @ got) < 0.0
     assert newton_step(np.full((3, 3), np.nan), np.ones(3)) is None
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("method", ["svm_multi", "lr_multi", "svm_ml"])
+def test_features_with_no_nonzero_entry_give_the_zero_model(method, sparse):
+    """All-zero features (a LibSVM file whose rows hold only labels): the cost model prices
+    no second-order phase (it divided by the features' zero entries), and plain SDCA's first
+    epoch certifies W = 0, with P = D = the loss at zero scores."""
+    X = np.zeros((12, 4))
+    X = sp.csr_matrix(X) if sparse else X
+    y = np.arange(12) % 3
+    Y = sp.csr_matrix(np.eye(3)[y] + np.eye(3)[(y + 1) % 3]) if method == "svm_ml" else y
+    prob = SDCAProblem(X, Y if method == "svm_ml" else y, gram=False, n_classes=3,
+                       loss_id=get_method(method).loss_id, k=1)  # fmt: skip
+    if sparse:  # no stored entry (dense zeros are priced as entries)
+        assert plan.newton_cost_epochs(prob) == np.inf
+    model = topkbench.fit(X, Y, method, C=100.0)
+    assert model.converged and not model.W.any()
+    loss0 = np.log(3.0) if method == "lr_multi" else 1.0
+    assert model.primal == pytest.approx(loss0) and model.dual == pytest.approx(loss0)

@@ -135,6 +135,8 @@ def newton_cost_epochs(prob: SDCAProblem, smooth: bool = False) -> float:
     d = prob.X.shape[1]
     dm = float(d * prob.m)
     nnz = prob.X.nnz if sp.issparse(prob.X) else prob.n * d
+    if nnz == 0:
+        return math.inf  # no feature: plain SDCA's first epoch is the optimum (W = 0)
     if route_of(prob) == "woodbury":
         r = float(prob.n) * (2.0 if smooth else 1.0)
         if r > WOODBURY_MAX_RANK:
