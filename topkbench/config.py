@@ -20,10 +20,13 @@ from topkbench.dataset_specs import (
 from topkbench.errors import ConfigError
 from topkbench.metrics.multilabel import EMPTY_CONVENTIONS
 from topkbench.validation import (
+    check_bool,
     check_choice,
     check_eval_every,
     check_int,
+    check_int_list,
     check_n_jobs,
+    check_number,
     check_positive,
     check_solver,
 )
@@ -198,15 +201,19 @@ class SweepRow:
         """A row from YAML; ``k: [2, 3, 4, 5]`` (or a gamma list) makes k (gamma) a
         hyper-parameter selected per column."""
         d = dict(d)
-        for key, cast in (("k", int), ("gamma", float)):  # a list makes it a hyper-parameter
+        where = f"row {d.get('row')!r}"
+        checks = {"k": lambda name, v: check_int(name, v, 1), "gamma": check_number}
+        for key, check in checks.items():  # a list makes it a hyper-parameter
             value = d.get(key)
             if isinstance(value, (list, tuple)):
                 if not value:
-                    raise ConfigError(f"row {d.get('row')!r}: empty {key} list")
-                d[f"{key}_values"] = tuple(cast(v) for v in value)
-                d[key] = cast(value[0])
+                    raise ConfigError(f"{where}: empty {key} list")
+                d[f"{key}_values"] = tuple(check(f"{where}: {key}", v) for v in value)
+                d[key] = d[f"{key}_values"][0]
+            elif value is not None:
+                d[key] = check(f"{where}: {key}", value)
         if isinstance(d.get("weights"), (list, tuple)):
-            d["weights"] = tuple(float(v) for v in d["weights"])
+            d["weights"] = tuple(check_number(f"{where}: weights", v) for v in d["weights"])
         return cls(**d)
 
     def fit_options(self) -> dict[str, Any]:
@@ -331,7 +338,7 @@ class ExperimentConfig(StopRule):
             datasets=datasets,
             rows=rows,
             C_values=C_values,
-            ks=tuple(int(k) for k in exp.get("ks") or ()),
+            ks=check_int_list("experiment.ks", exp.get("ks") or [], 1),
             draws=check_int("experiment.draws", exp.get("draws", 1), 1),
             seed=check_int("seed", root.get("seed", 0), 0),
             eps=check_positive("experiment.eps", exp.get("eps", 1e-3), upper=1.0),
@@ -348,13 +355,13 @@ class ExperimentConfig(StopRule):
             n_jobs=check_n_jobs(root.get("n_jobs", 1)),
             scheduler=root.get("scheduler") or None,
             layout=layout,
-            warm_start=bool(exp.get("warm_start", True)),
+            warm_start=check_bool("experiment.warm_start", exp.get("warm_start", True)),
             ent_tr_init=_choice(exp, "ent_tr_init", "same_C", ("same_C", "selected")),
             blocks=blocks,
             metrics=metrics,
             delta_grid=_choice(exp, "delta_grid", "mulan", ("mulan", "voc")),
             theta_values=theta_values,
-            max_gram_gb=float(exp.get("max_gram_gb", 8.0)),
+            max_gram_gb=check_positive("experiment.max_gram_gb", exp.get("max_gram_gb", 8.0)),
             class_columns=tuple(str(c) for c in exp.get("class_columns") or ()),
             threshold_rule=_choice(exp, "threshold_rule", "grid", ("grid", "cardinality")),
             empty_label=_choice(exp, "empty_label", "zero", EMPTY_CONVENTIONS),
@@ -446,8 +453,13 @@ def _log_grid(exp: dict[str, Any], key: str) -> tuple[tuple[float, ...], float, 
     """``base ** e`` for ``e = min_exp, min_exp + step, ..., max_exp``; returns (values, base,
     step)."""
     grid = exp[key]
-    base, step = float(grid["base"]), float(grid.get("step", 1.0))
-    lo, hi = float(grid["min_exp"]), float(grid["max_exp"])
+    if not isinstance(grid, dict) or not {"base", "min_exp", "max_exp"} <= set(grid):
+        raise ConfigError(f"experiment.{key} needs base, min_exp and max_exp (and step); "
+                          f"got {grid!r}")  # fmt: skip
+    base = check_number(f"experiment.{key}.base", grid["base"])
+    step = check_number(f"experiment.{key}.step", grid.get("step", 1.0))
+    lo = check_number(f"experiment.{key}.min_exp", grid["min_exp"])
+    hi = check_number(f"experiment.{key}.max_exp", grid["max_exp"])
     if not (base > 1.0 and step > 0.0 and hi >= lo):
         raise ConfigError(
             f"experiment {exp['name']}: {key} needs base > 1, step > 0, max_exp >= min_exp"

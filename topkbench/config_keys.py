@@ -7,12 +7,10 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
-import numpy as np
-
 from topkbench.config import DOC_KEYS
 from topkbench.dataset_specs import ALL_KINDS, PreprocessSpec
 from topkbench.errors import ConfigError
-from topkbench.validation import check_int, check_n_jobs
+from topkbench.validation import check_int, check_int_list, check_n_jobs, check_number
 
 # the keys each level of a composed configuration may hold (an unknown one is a typo: refused)
 SOLVER_KEYS = ("eps", "max_epochs", "time_limit", "eval_every")
@@ -110,11 +108,6 @@ def check_run_options(root: dict[str, Any]) -> None:
     results = root.get("results_dir", "results")
     if not isinstance(results, str) or not results:
         raise ConfigError(f"results_dir must be a path; got {results!r}")
-    delta = root.get("delta", 0.0)
-    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not np.isfinite(delta):
-        raise ConfigError(f"delta must be a finite number (the score threshold); got {delta!r}")
-    topk = root.get("topk", (1,))
-    if not isinstance(topk, (list, tuple)) or not topk:
-        raise ConfigError(f"topk must be a list of integers >= 1; got {topk!r}")
-    for k in topk:
-        check_int("topk entries", k, 1)
+    check_number("delta", root.get("delta", 0.0))
+    if not check_int_list("topk", root.get("topk", [1]), 1):
+        raise ConfigError("topk must be a non-empty list of integers >= 1; got []")

@@ -182,16 +182,16 @@ def _is_int_like(v) -> bool:
 
 
 def check_positive(name: str, value, *, allow_zero: bool = False, upper: float | None = None):
+    lo = "[0" if allow_zero else "(0"
+    hi = f"{upper:g})" if upper is not None else "inf)"
     try:
         v = float(value)
     except (TypeError, ValueError):
-        raise ConfigError(f"{name} must be a number, got {value!r}") from None
+        raise ConfigError(f"{name} must be a number in {lo}, {hi}; got {value!r}") from None
     ok = math.isfinite(v) and (v >= 0 if allow_zero else v > 0)
     if upper is not None:
         ok = ok and v < upper
     if not ok:
-        lo = "[0" if allow_zero else "(0"
-        hi = f"{upper:g})" if upper is not None else "inf)"
         raise ConfigError(f"{name} must be in {lo}, {hi}; got {value!r}")
     return v
 
@@ -238,6 +238,30 @@ def check_int(name: str, value, lo: int) -> int:
     if isinstance(value, bool) or not _is_int_like(value) or int(value) < lo:
         raise ConfigError(f"{name} must be an integer >= {lo}; got {value!r}")
     return int(value)
+
+
+def check_bool(name: str, value) -> bool:
+    """A true/false option (YAML and Hydra give booleans; a string such as ``abc`` is
+    refused, not read as true)."""
+    if not isinstance(value, bool):
+        raise ConfigError(f"{name} must be true or false; got {value!r}")
+    return value
+
+
+def check_number(name: str, value) -> float:
+    """A finite real number (booleans and strings refused: a config gives numbers typed)."""
+    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+    ok = ok and math.isfinite(float(value))
+    if not ok:
+        raise ConfigError(f"{name} must be a finite number; got {value!r}")
+    return float(value)
+
+
+def check_int_list(name: str, values, lo: int) -> tuple[int, ...]:
+    """A list of integers ``>= lo`` (a scalar, or an entry such as 1.5 or ``abc``, refused)."""
+    if not isinstance(values, (list, tuple)):
+        raise ConfigError(f"{name} must be a list of integers >= {lo}; got {values!r}")
+    return tuple(check_int(f"{name}[{i}]", v, lo) for i, v in enumerate(values))
 
 
 def check_n_jobs(value) -> int:
