@@ -189,3 +189,26 @@ def test_a_directory_where_a_file_is_expected_is_one_line(tmp_path):
     assert f"--out {folder} is a directory" in out
     with pytest.raises(topkbench.errors.InputError, match="is a directory"):
         topkbench.fit(X, np.arange(12) % 3, "lr_multi").save(folder)
+
+
+def test_export_says_when_there_is_nothing_or_nowhere_to_write(tmp_path, monkeypatch):
+    """``export`` from a missing store says there are no records (it wrote an empty file and
+    exited 0); to a directory, or where the disk refuses the file, it names the path and what
+    was kept, in one line."""
+    out = refused("export", *SWEEP, f"results_dir={tmp_path}", "--out", str(tmp_path / "r.csv"))
+    assert "no records in" in out and not (tmp_path / "r.csv").exists()
+    assert runner.invoke(app, ["sweep", *SWEEP, f"results_dir={tmp_path}"]).exit_code == 0
+    out = refused("export", *SWEEP, f"results_dir={tmp_path}", "--out", str(tmp_path))
+    assert f"cannot export to {tmp_path}: it is a directory" in out
+    target = tmp_path / "r.csv"
+    target.write_text("kept\n")
+
+    def full_disk(*args, **kwargs):
+        import errno
+
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("pandas.DataFrame.to_csv", full_disk)
+    out = refused("export", *SWEEP, f"results_dir={tmp_path}", "--out", str(target))
+    assert f"cannot write {target}: No space left on device; {target} is as it was" in out
+    assert target.read_text() == "kept\n" and not list(tmp_path.glob(".tmp-*"))

@@ -327,6 +327,21 @@ def bench_kato_fig4_cmd(
     _fw_study_output(points, out, "kato_fig4", f"{name}, k = {k}, C = {C:g}", target)
 
 
+def _sweep_overrides(overrides: list[str] | None, n_jobs: int) -> list[str]:
+    """The overrides of a protocol benchmark with the ``--n-jobs`` option's ``n_jobs=``; an
+    ``n_jobs=`` among them is refused in favour of the option (one of the two would be
+    dropped)."""
+    from topkbench.errors import ConfigError
+
+    given = list(overrides or [])
+    if any(o.lstrip("+~").split("=", 1)[0] == "n_jobs" for o in given):
+        raise ConfigError(
+            "the worker processes of a benchmark are its --n-jobs option, not an n_jobs= "
+            "override", hint="e.g. --n-jobs 2",
+        )  # fmt: skip
+    return [*given, f"n_jobs={n_jobs}"]
+
+
 @bench_app.command(
     "table5",
     help=(
@@ -354,8 +369,8 @@ def bench_table5_cmd(
     from topkbench.bench.table5 import bench_table5
     from topkbench.config import ExperimentConfig
 
-    base = ["experiment=table5", "experiment.datasets=[letter_synth]", f"n_jobs={n_jobs}"]
-    exp = ExperimentConfig.from_dict(compose(base + list(overrides or []), "sweep"))
+    base = ["experiment=table5", "experiment.datasets=[letter_synth]"]
+    exp = ExperimentConfig.from_dict(compose(base + _sweep_overrides(overrides, n_jobs), "sweep"))
     done = {"n": 0}
 
     def on_done(s) -> None:
@@ -423,7 +438,7 @@ def bench_protocol_cmd(
     from topkbench.config import ExperimentConfig
     from topkbench.errors import ConfigError
 
-    exp = ExperimentConfig.from_dict(compose(list(overrides or []) + [f"n_jobs={n_jobs}"], "sweep"))
+    exp = ExperimentConfig.from_dict(compose(_sweep_overrides(overrides, n_jobs), "sweep"))
     rows = tuple(r for r in exp.rows if not (linear and r.kernel == "rbf"))
     if row:
         unknown = sorted(set(row) - {r.row for r in rows})

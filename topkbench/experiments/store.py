@@ -388,9 +388,23 @@ class RecordStore:
         return None if ref is None else read_checkpoint(ref)
 
     def export(self, path: str | os.PathLike) -> Path:
-        """Write every record to ``path`` (``.parquet`` or ``.csv``, atomically)."""
+        """Write every record to ``path`` (``.parquet`` or ``.csv``, atomically: a failed
+        write leaves ``path`` as it was).  A store without records, and a path that is a
+        directory or cannot be written, are refused with one line naming them."""
         path = Path(path)
+        if path.is_dir():
+            raise StoreError(
+                f"cannot export to {path}: it is a directory",
+                hint=f"give a file name, e.g. --out {path / 'records.csv'}",
+            )
+        if path.suffix not in (".parquet", ".csv"):
+            raise ConfigError(f"export to {path}: use a .parquet or .csv file name")
         df = self.load()
+        if df.empty:
+            raise StoreError(
+                f"no records in {self.dir}: nothing to export",
+                hint="run `topkbench sweep` with the same overrides first",
+            )
         for col in df.columns:  # JSON keeps mixed types (eval_every "auto" or 3): as text
             if df[col].dtype != object:
                 continue
@@ -398,17 +412,24 @@ class RecordStore:
                 df[col] = df[col].map(lambda v: None if v is None else json.dumps(v))
             elif df[col].map(type).nunique() > 1:
                 df[col] = df[col].map(lambda v: None if v is None else str(v))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
+        except OSError as exc:
+            raise StoreError(
+                f"cannot write {path}: {exc.strerror or exc}; nothing written"
+            ) from None
         os.close(fd)
         try:
             if path.suffix == ".parquet":
                 df.to_parquet(tmp, index=False)
-            elif path.suffix == ".csv":
-                df.to_csv(tmp, index=False)
             else:
-                raise ConfigError(f"export to {path}: use a .parquet or .csv file name")
+                df.to_csv(tmp, index=False)
             os.replace(tmp, path)
+        except OSError as exc:
+            Path(tmp).unlink(missing_ok=True)
+            kept = f"{path} is as it was" if path.exists() else "nothing written"
+            raise StoreError(f"cannot write {path}: {exc.strerror or exc}; {kept}") from None
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
