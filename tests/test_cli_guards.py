@@ -212,3 +212,28 @@ def test_export_says_when_there_is_nothing_or_nowhere_to_write(tmp_path, monkeyp
     out = refused("export", *SWEEP, f"results_dir={tmp_path}", "--out", str(target))
     assert f"cannot write {target}: No space left on device; {target} is as it was" in out
     assert target.read_text() == "kept\n" and not list(tmp_path.glob(".tmp-*"))
+
+
+def test_a_report_on_a_full_disk_leaves_the_previous_report_whole(tmp_path, monkeypatch):
+    """The report files are written all or none: a disk that fills while they are written
+    leaves the previous report.md, report.csv and selected.csv as they were (report.md was
+    rewritten and report.csv left stale), no temporary file behind, and the warning says so."""
+    import errno
+
+    assert runner.invoke(app, ["sweep", *SWEEP, f"results_dir={tmp_path}"]).exit_code == 0
+    assert runner.invoke(app, ["report", *SWEEP, f"results_dir={tmp_path}"]).exit_code == 0
+    out = tmp_path / "table3"
+    before = {p.name: p.read_bytes() for p in out.glob("*.*") if p.suffix in (".md", ".csv")}
+    assert set(before) == {"report.md", "report.csv", "selected.csv"}
+    wider = [*SWEEP, "experiment.C_grid.max_exp=2"]  # another configuration: another report
+    assert runner.invoke(app, ["sweep", *wider, f"results_dir={tmp_path}"]).exit_code == 0
+
+    def full_disk(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("pandas.DataFrame.to_csv", full_disk)
+    res = runner.invoke(app, ["report", *wider, f"results_dir={tmp_path}"])
+    assert res.exit_code == 0 and "| SVM^OVA |" in res.output  # printed all the same
+    assert "are as they were, and the report is printed to stdout only" in res.output
+    assert {p: (out / p).read_bytes() for p in before} == before
+    assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import platform
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from topkbench.atomic import replace_file
 from topkbench.errors import DataFormatError, InputError
 
 FORMAT = "topkbench-model"
@@ -94,19 +93,12 @@ def save_model(model, path, *, training_data: dict[str, Any] | None = None) -> P
         },  # fmt: skip
     }
     arrays["metadata"] = np.array(json.dumps(meta, allow_nan=False, sort_keys=True))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
+
+    def fill(tmp: Path) -> None:
+        with open(tmp, "wb") as fh:
             np.savez_compressed(fh, **arrays)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would hide the model from others
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+
+    return replace_file(path, fill)
 
 
 def read_metadata(path) -> dict[str, Any]:

@@ -165,8 +165,8 @@ def report(
         where = exc.filename or Path(exp.results_dir) / exp.name
         reason = exc.strerror or exc
         typer.echo(
-            f"warning: could not write the report files ({where}: {reason}); the report is "
-            "printed to stdout only",
+            f"warning: could not write the report files ({where}: {reason}); the files there "
+            "are as they were, and the report is printed to stdout only",
             err=True,
         )
     sys.stdout.write(rep.markdown)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import copy
 import logging
-import os
 from pathlib import Path
 
 import numpy as np
 
+from topkbench.atomic import replace_file
 from topkbench.config import DatasetConfig
 from topkbench.data.dataset import Dataset, load_dataset
 from topkbench.data.files import data_dir, missing_files, resolve_path, unique_files
@@ -83,14 +83,11 @@ _NPY_REF = "npy-cache:"
 
 
 def _atomic_write(path: Path, write) -> None:
-    """``write(fh)`` into a temporary file beside ``path``, then rename it onto ``path``."""
-    import tempfile
+    """``write(fh)`` into a file opened for writing bytes, replaced atomically
+    (:func:`topkbench.atomic.replace_file`)."""
 
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as fh:
+    def fill(tmp: Path) -> None:
+        with open(tmp, "wb") as fh:
             write(fh)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+
+    replace_file(path, fill)

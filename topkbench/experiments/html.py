@@ -29,6 +29,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from topkbench.atomic import replace_file, write_text
+
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; border-bottom: 1px solid #ccc; }
@@ -421,8 +423,4 @@ def write_html_report(exp, rep, records: pd.DataFrame, path: Path,
         + "\n".join(parts)
         + "</body></html>"
     )
-    path = Path(path)
-    tmp = path.with_suffix(".html.tmp")
-    tmp.write_text(page, encoding="utf-8")
-    tmp.replace(path)
-    return [path, *plots.written]
+    return [replace_file(Path(path), write_text(page)), *plots.written]

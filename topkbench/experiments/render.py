@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from topkbench.atomic import replace_files, write_text
 from topkbench.config import ExperimentConfig
 
 
@@ -85,16 +86,18 @@ UNCERTIFIED = "†"
 
 
 def write_report(exp: ExperimentConfig, rep: TableReport) -> list[Path]:
+    """Write ``report.md``, ``report.csv``, ``selected.csv`` (and ``report.tex``) under the
+    experiment's results directory, all of them or none (:func:`topkbench.atomic.
+    replace_files`: a full disk leaves the previous report whole)."""
     out = Path(exp.results_dir) / exp.name
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / "report.md", out / "report.csv", out / "selected.csv"]
-    paths[0].write_text(rep.markdown)
-    rep.table.to_csv(paths[1], index=False)
-    rep.selected.to_csv(paths[2], index=False)
+    files = [
+        (out / "report.md", write_text(rep.markdown)),
+        (out / "report.csv", lambda tmp: rep.table.to_csv(tmp, index=False)),
+        (out / "selected.csv", lambda tmp: rep.selected.to_csv(tmp, index=False)),
+    ]
     if rep.latex is not None:
-        paths.append(out / "report.tex")
-        paths[-1].write_text(rep.latex)
-    return paths
+        files.append((out / "report.tex", write_text(rep.latex)))
+    return replace_files(files)
 
 
 def exp_row_names(exp: ExperimentConfig) -> set[str]:

@@ -33,7 +33,6 @@ import os
 import platform
 import sqlite3
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -43,6 +42,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from topkbench.atomic import replace_file, write_bytes
 from topkbench.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -346,14 +346,7 @@ class RecordStore:
         np.savez(buf, **arrays)
         data = buf.getvalue()
         name = f"{key}.npz"
-        fd, tmp = tempfile.mkstemp(dir=self.warm, prefix=".tmp-", suffix=".npz")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-            os.replace(tmp, self.warm / name)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        replace_file(self.warm / name, write_bytes(data))
         return key, float(warm.C), name, hashlib.sha256(data).hexdigest()
 
     @_store_errors
@@ -412,28 +405,18 @@ class RecordStore:
                 df[col] = df[col].map(lambda v: None if v is None else json.dumps(v))
             elif df[col].map(type).nunique() > 1:
                 df[col] = df[col].map(lambda v: None if v is None else str(v))
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
-        except OSError as exc:
-            raise StoreError(
-                f"cannot write {path}: {exc.strerror or exc}; nothing written"
-            ) from None
-        os.close(fd)
-        try:
+
+        def fill(tmp: Path) -> None:
             if path.suffix == ".parquet":
                 df.to_parquet(tmp, index=False)
             else:
                 df.to_csv(tmp, index=False)
-            os.replace(tmp, path)
+
+        try:
+            return replace_file(path, fill)
         except OSError as exc:
-            Path(tmp).unlink(missing_ok=True)
             kept = f"{path} is as it was" if path.exists() else "nothing written"
             raise StoreError(f"cannot write {path}: {exc.strerror or exc}; {kept}") from None
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return path
 
 
 class WriterLock:
