@@ -305,8 +305,24 @@ def _edited(tmp_path, name, *, meta=None, arrays=None, drop=(), raw_meta=None, m
         (dict(raw_meta="{not json"), "its metadata is not JSON"),
         (dict(raw_meta="[1, 2]"), "its metadata is not a JSON object"),
         (dict(drop=("W",)), "no W array"),
+        (dict(meta={"classes": ["a", "b", "a", "c", "d"]}), "class label 'a' is listed twice"),
+        (dict(meta={"classes": [1, 2, 3, 4, 2]}), "class label 2 is listed twice"),
+        (dict(meta={"classes": ["a", ["b"], "c", "d", "e"]}), "class label ['b']: each label"),
+        (dict(arrays={"W": np.zeros((4, 0))}, meta={"classes": None, "n_classes": 0}),
+         "it has no class (0 score columns)"),
+        (dict(meta={"params": {"C": 1.0, "k": "abc"}}), "params.k must be an integer >= 1"),
+        (dict(meta={"params": {"C": -1.0, "k": 1}}), "params.C must be a positive number"),
+        (dict(meta={"feature_map": {"n_features": 4, "bias": 0.0}},
+              arrays={"shift": np.zeros(4), "div": np.array([1.0, -2.0, 1.0, 1.0])}),
+         "scaling divisor div[1] = -2.0; each must be a positive finite number"),
+        (dict(meta={"feature_map": {"n_features": 4, "bias": 0.0}},
+              arrays={"shift": np.zeros(4), "div": np.array([1.0, 1.0, 0.0, 1.0])}),
+         "scaling divisor div[2] = 0.0"),
+        (dict(meta={"feature_map": {"n_features": 4, "bias": 0.0}},
+              arrays={"shift": np.zeros(4), "div": np.array([np.nan, 1.0, 1.0, 1.0])}),
+         "scaling divisor div[0] = nan"),
     ],
-)
+)  # fmt: skip
 def test_inconsistent_model_files_are_refused_at_load(tmp_path, edit, reason):
     """Edited metadata or arrays never make a model that predicts: topkbench.load and predict
     both say 'not a saved topkbench model (reason)'."""
@@ -350,3 +366,24 @@ def test_damaged_model_files_are_refused(tmp_path, damage):
         topkbench.load(path)
     text = str(exc.value)
     assert "not a saved topkbench model (" in text and "allow_pickle" not in text, text
+
+
+def test_a_header_declaring_more_data_than_the_file_holds_is_refused(tmp_path):
+    """An entry whose .npy header declares W of 4 x 10^11 in a file of a few kB is refused
+    before anything is allocated (it ended in a raw MemoryError)."""
+    import io
+    import zipfile
+
+    path = _edited(tmp_path, "huge.npz")
+    header = np.lib.format.header_data_from_array_1_0(np.zeros((4, 5)))
+    header["shape"] = (4, 10**11)
+    member = io.BytesIO()
+    np.lib.format.write_array_header_1_0(member, header)
+    with zipfile.ZipFile(path) as zf:
+        entries = {n: zf.read(n) for n in zf.namelist() if n != "W.npy"}
+    with zipfile.ZipFile(path, "w") as zf:
+        for n, data in entries.items():
+            zf.writestr(n, data)
+        zf.writestr("W.npy", member.getvalue() + np.zeros(20).tobytes())
+    with pytest.raises(DataFormatError, match=r"entry 'W' declares shape \(4, 100000000000\)"):
+        topkbench.load(path)

@@ -158,13 +158,34 @@ def _metadata(npz, path) -> dict[str, Any]:
 
 
 def _array(npz, name: str, path):
-    """One entry of the archive; a damaged entry or one of Python objects is refused."""
+    """One entry of the archive; a damaged entry, one of Python objects, or one whose header
+    declares more data than the entry holds (a 1 kB file cannot hold W of 4 x 10^11: it is
+    refused before anything is allocated) is refused."""
     import zipfile
 
     try:
+        _check_declared_size(npz, name, path)
         return npz[name]
     except (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError) as exc:
         raise _not_a_model(path, f"entry {name!r}: {_reason(exc)}") from None
+
+
+def _check_declared_size(npz, name: str, path) -> None:
+    """Refuse an entry whose ``.npy`` header declares a shape of more bytes than the entry's
+    uncompressed size."""
+    fmt = np.lib.format
+    member = f"{name}.npy"
+    size = npz.zip.getinfo(member).file_size
+    with npz.zip.open(member) as fh:
+        version = fmt.read_magic(fh)
+        read_header = {(1, 0): fmt.read_array_header_1_0, (2, 0): fmt.read_array_header_2_0}
+        if version not in read_header:
+            return  # np.load reads or refuses it
+        shape, _, dtype = read_header[version](fh)
+    need = math.prod(shape) * dtype.itemsize
+    if need > size:
+        raise _not_a_model(path, f"entry {name!r} declares shape {shape} ({need:,} bytes) but "
+                                 f"holds {size:,} bytes")  # fmt: skip
 
 
 def read_model(path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
@@ -192,6 +213,27 @@ def _matrix(arrays, name: str, path, rows: int | None = None) -> np.ndarray:
     return a
 
 
+_NONE = object()
+
+
+def _check_params(params: dict[str, Any], path) -> None:
+    """The method parameters a model records, where present: ``C > 0`` and ``eps > 0``
+    numbers, ``gamma >= 0``, ``k`` an integer >= 1."""
+
+    def number(v) -> bool:
+        return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+
+    for key, ok, what in (
+        ("C", lambda v: number(v) and v > 0, "a positive number"),
+        ("eps", lambda v: number(v) and v > 0, "a positive number"),
+        ("gamma", lambda v: number(v) and v >= 0, "a number >= 0"),
+        ("k", lambda v: not isinstance(v, bool) and isinstance(v, int) and v >= 1,
+         "an integer >= 1"),
+    ):  # fmt: skip
+        if key in params and not ok(params[key]):
+            raise _not_a_model(path, f"params.{key} must be {what}; got {params[key]!r}")
+
+
 def check_model(arrays: dict[str, np.ndarray], meta: dict[str, Any], path) -> None:
     """Refuse metadata and arrays that do not make one consistent model, naming the field:
     the method, parameters and certificate types; W (linear) or A (kernel) 2-D, numeric and
@@ -209,7 +251,7 @@ def check_model(arrays: dict[str, np.ndarray], meta: dict[str, Any], path) -> No
     method = field("method", (str,), "a method name")
     if method not in METHODS:
         raise _not_a_model(path, f"unknown method {method!r}")
-    field("params", (dict,), "an object")
+    _check_params(field("params", (dict,), "an object"), path)
     cert = field("certificate", (dict,), "an object")
     for key in ("primal", "dual", "relative_gap", "train_seconds", "epochs"):
         v = cert.get(key)
@@ -244,6 +286,14 @@ def check_model(arrays: dict[str, np.ndarray], meta: dict[str, Any], path) -> No
             if name in arrays and arrays[name].shape != (d,):
                 raise _not_a_model(path, f"{name} has shape {arrays[name].shape}; expected "
                                          f"({d},)")  # fmt: skip
+        div = arrays.get("div")
+        if div is not None and not np.all(np.isfinite(div) & (div > 0)):
+            j = int(np.flatnonzero(~(np.isfinite(div) & (div > 0)))[0])
+            raise _not_a_model(path, f"scaling divisor div[{j}] = {float(div[j])!r}; each "
+                                     "must be a positive finite number")  # fmt: skip
+        shift = arrays.get("shift")
+        if shift is not None and not np.all(np.isfinite(shift)):
+            raise _not_a_model(path, "the scaling shift holds non-finite values")
     if kernel is None:
         coef = _matrix(arrays, "W", path, width)
     else:
@@ -258,11 +308,21 @@ def check_model(arrays: dict[str, np.ndarray], meta: dict[str, Any], path) -> No
                                          f"gives {width}")  # fmt: skip
     classes = meta.get("classes")
     m = coef.shape[1]
+    if m == 0:
+        raise _not_a_model(path, "it has no class (0 score columns)")
     if classes is not None:
         if not isinstance(classes, list):
             raise _not_a_model(path, f"metadata field 'classes' must be a list; got {classes!r}")
         if len(classes) != m:
             raise _not_a_model(path, f"{len(classes)} classes listed for {m} score columns")
+        bad = next((c for c in classes if isinstance(c, (list, dict)) or c is None), _NONE)
+        if bad is not _NONE:
+            raise _not_a_model(path, f"class label {bad!r}: each label must be a string or "
+                                     "a number")  # fmt: skip
+        if len(set(map(repr, classes))) != m:
+            seen = [repr(c) for c in classes]
+            dup = next(c for i, c in enumerate(classes) if seen[i] in seen[:i])
+            raise _not_a_model(path, f"class label {dup!r} is listed twice")
     n_classes = meta.get("n_classes")
     if n_classes is not None and n_classes != m:
         raise _not_a_model(path, f"n_classes is {n_classes!r}; the model has {m} score columns")
