@@ -140,7 +140,7 @@ def test_binary_garbage_and_missing_file(tmp_path):
         read_libsvm(tmp_path / "nope.txt")
     gz = tmp_path / "broken.txt.gz"
     gz.write_bytes(b"not gzip at all")
-    with pytest.raises(DataFormatError, match="cannot be read"):
+    with pytest.raises(DataFormatError, match="cannot read"):
         read_libsvm(gz)
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from topkbench.data.files import open_text
+from topkbench.data.files import READ_ERRORS, open_text, read_failure
 from topkbench.errors import DataFormatError
 
 _MEKA_C = re.compile(r"-C\s+(-?\d+)")
@@ -56,8 +56,8 @@ def read_label_xml(path: str | Path) -> list[str]:
     except ET.ParseError as exc:
         line = exc.position[0] if getattr(exc, "position", None) else None
         raise DataFormatError(str(path), f"not a valid XML label file: {exc}", line=line) from None
-    except OSError as exc:
-        raise DataFormatError(str(path), f"cannot read: {exc.strerror or exc}") from None
+    except READ_ERRORS as exc:
+        raise read_failure(path, exc) from None
     names = [
         el.attrib["name"]
         for el in root.iter()
@@ -237,8 +237,8 @@ def read_mulan(
     path = Path(path)
     try:
         first_no, first = _first_data_line(path)
-    except OSError as exc:
-        raise DataFormatError(str(path), f"cannot read: {exc.strerror or exc}") from None
+    except READ_ERRORS as exc:
+        raise read_failure(path, exc) from None
     sparse = first.startswith("{")
     try:
         with open_text(path, errors="replace") as fh:
@@ -263,8 +263,8 @@ def read_mulan(
             else:
                 token = text[:60]
         raise DataFormatError(str(path), f"{why} ({type(exc).__name__})", line, token) from None
-    except OSError as exc:
-        raise DataFormatError(str(path), f"cannot read: {exc.strerror or exc}") from None
+    except READ_ERRORS as exc:
+        raise read_failure(path, exc) from None
     attributes = obj["attributes"]
     _strict_rows(path, attributes)
     relation = obj.get("relation", "")

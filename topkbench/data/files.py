@@ -8,6 +8,7 @@ file invalidates exactly its records.
 
 from __future__ import annotations
 
+import lzma
 import os
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,15 @@ def file_entries(cfg: DatasetConfig) -> dict[str, dict[str, Any]]:
 
 
 COMPRESSED = (".gz", ".bz2", ".xz")  # suffixes read through their decompressors
+# what reading a file may raise besides a parse error: the system's errors, and a damaged or
+# truncated compressed stream (gzip and bz2 raise OSError, xz LZMAError; a stream that ends
+# early, EOFError)
+READ_ERRORS = (OSError, EOFError, lzma.LZMAError)
+
+
+def read_failure(path, exc: BaseException) -> DataFormatError:
+    """The one-line error of a file that :data:`READ_ERRORS` kept from being read."""
+    return DataFormatError(str(path), f"cannot read: {getattr(exc, 'strerror', None) or exc}")
 
 
 def open_text(path: Path, errors: str = "strict"):
@@ -52,7 +62,6 @@ def open_text(path: Path, errors: str = "strict"):
     ends in ``.gz``, ``.bz2`` or ``.xz``."""
     import bz2
     import gzip
-    import lzma
 
     opener = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}.get(Path(path).suffix.lower())
     if opener is not None:

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from topkbench.data.files import open_text
+from topkbench.data.files import READ_ERRORS, open_text, read_failure
 from topkbench.errors import DataFormatError, DatasetNotFoundError
 
 
@@ -183,8 +183,8 @@ def read_libsvm(
                 indptr.append(len(indices))
     except UnicodeDecodeError as exc:
         raise DataFormatError(name, f"not a UTF-8 text file ({exc.reason})") from None
-    except (OSError, EOFError) as exc:
-        raise DataFormatError(name, f"cannot be read: {exc}") from None
+    except READ_ERRORS as exc:
+        raise read_failure(name, exc) from None
     if not labels:
         raise DataFormatError(name, "no examples (the file is empty)")
     d = n_features if n_features is not None else max_index + 1
