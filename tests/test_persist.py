@@ -387,3 +387,50 @@ def test_a_header_declaring_more_data_than_the_file_holds_is_refused(tmp_path):
         zf.writestr("W.npy", member.getvalue() + np.zeros(20).tobytes())
     with pytest.raises(DataFormatError, match=r"entry 'W' declares shape \(4, 100000000000\)"):
         topkbench.load(path)
+
+
+def test_outputs_the_disk_refuses_are_one_line_naming_what_was_kept(tmp_path, monkeypatch):
+    """train --save, predict --out and bench protocol --out on a full disk, or where a file
+    stands in place of their folder: one error line naming the path and what was kept (they
+    ended in a raw OSError), and nothing torn left behind."""
+    import errno
+
+    monkeypatch.chdir(tmp_path)
+    X, y = _problem()
+    np.save("x.npy", X)
+    topkbench.fit(X, y, "lr_multi").save("model.npz")
+    (tmp_path / "afile").write_text("")
+
+    def one_line(args, expected):
+        res = runner.invoke(app, args)
+        assert res.exit_code not in (0, None) and "Traceback" not in res.output, res.output
+        assert expected in " ".join(res.output.split()), res.output
+
+    one_line(["train", "method=lr_multi", "dataset.n_test=100", "--save", "afile/m.npz"],
+             "cannot write afile/m.npz: a file stands where its folder afile would be; "
+             "nothing written")  # fmt: skip
+    one_line(
+        ["predict", "model.npz", "x.npy", "--out", "afile/p.csv"],
+        "cannot write afile/p.csv: a file stands where its folder afile would be",
+    )
+    one_line(["bench", "protocol", "experiment=table5_smoke", "--out", "afile/bench"],
+             "afile/bench")  # fmt: skip
+    (tmp_path / "p.csv").write_text("kept\n")
+
+    def full_disk(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with monkeypatch.context() as mp:
+        mp.setattr("pandas.DataFrame.to_csv", full_disk)
+        one_line(
+            ["predict", "model.npz", "x.npy", "--out", "p.csv"],
+            "cannot write p.csv: No space left on device; p.csv is as it was",
+        )
+    with monkeypatch.context() as mp:
+        mp.setattr(np, "savez_compressed", full_disk)
+        one_line(
+            ["train", "method=lr_multi", "dataset.n_test=100", "--save", "model.npz"],
+            "cannot write model.npz: No space left on device; model.npz is as it was",
+        )
+    assert (tmp_path / "p.csv").read_text() == "kept\n"
+    assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]

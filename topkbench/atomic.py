@@ -9,6 +9,8 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from topkbench.errors import OutputError
+
 
 def replace_files(items: Sequence[tuple[Path, Callable[[Path], None]]]) -> list[Path]:
     """Write each ``(path, write)``: ``write(tmp)`` fills a temporary file beside ``path``;
@@ -36,6 +38,31 @@ def replace_files(items: Sequence[tuple[Path, Callable[[Path], None]]]) -> list[
     return [Path(path) for path, _ in items]
 
 
+def write_outputs(items: Sequence[tuple[Path, Callable[[Path], None]]], *,
+                  lost: str = "") -> list[Path]:  # fmt: skip
+    """:func:`replace_files` for a command's output files: a disk that refuses them ends in
+    one :class:`~topkbench.errors.OutputError` naming the file, the reason and what was kept
+    (the files as they were, and ``lost``, what the command did that is not on disk)."""
+    try:
+        return replace_files(items)
+    except OSError as exc:
+        paths = [Path(p) for p, _ in items]
+        where = paths[0] if len(paths) == 1 else paths[0].parent
+        if not any(p.exists() for p in paths):
+            kept = "nothing written"
+        else:
+            kept = (
+                f"{where} is as it was" if len(paths) == 1 else "the files there are as they were"
+            )
+        if lost:
+            kept += f"; {lost}"
+        folder = paths[0].parent
+        reason = exc.strerror or str(exc)
+        if next((p for p in (folder, *folder.parents) if p.exists()), folder).is_file():
+            reason = f"a file stands where its folder {folder} would be"
+        raise OutputError(where, reason, kept) from None
+
+
 def replace_file(path: Path, write: Callable[[Path], None]) -> Path:
     """:func:`replace_files` for one file."""
     return replace_files([(Path(path), write)])[0]
@@ -51,4 +78,4 @@ def write_text(text: str) -> Callable[[Path], None]:
     return lambda tmp: tmp.write_text(text, encoding="utf-8")
 
 
-__all__ = ["replace_file", "replace_files", "write_bytes", "write_text"]
+__all__ = ["replace_file", "replace_files", "write_bytes", "write_outputs", "write_text"]

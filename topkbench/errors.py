@@ -67,5 +67,16 @@ class SolverError(TopkbenchError, RuntimeError):
     exit_code = 5
 
 
+class OutputError(TopkbenchError, OSError):
+    """An output file could not be written (a full or read-only disk); names the file, the
+    reason and what was kept."""
+
+    exit_code = 6
+
+    def __init__(self, path, reason: str, kept: str, hint: str | None = None) -> None:
+        super().__init__(f"cannot write {path}: {reason}; {kept}")
+        self.path, self.hint = path, hint
+
+
 class ConvergenceWarning(UserWarning):
     """A solver stopped on its budget (epochs or time) before reaching the requested gap."""

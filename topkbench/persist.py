@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from topkbench.atomic import replace_file
+from topkbench.atomic import write_outputs
 from topkbench.errors import DataFormatError, InputError
 
 FORMAT = "topkbench-model"
@@ -98,7 +98,7 @@ def save_model(model, path, *, training_data: dict[str, Any] | None = None) -> P
         with open(tmp, "wb") as fh:
             np.savez_compressed(fh, **arrays)
 
-    return replace_file(path, fill)
+    return write_outputs([(path, fill)])[0]
 
 
 def read_metadata(path) -> dict[str, Any]:

@@ -433,6 +433,7 @@ def bench_protocol_cmd(
     from rich.console import Console
     from rich.table import Table
 
+    from topkbench.atomic import write_outputs, write_text
     from topkbench.bench.protocol import bench_protocol
     from topkbench.cli.experiments import _available_datasets
     from topkbench.config import ExperimentConfig
@@ -451,13 +452,16 @@ def bench_protocol_cmd(
         raise ConfigError(f"experiment {exp.name} has no row left to run")
     exp = _available_datasets(replace(exp, rows=rows), skip_missing=False)
     timing, report = bench_protocol(exp, out)
-    out.mkdir(parents=True, exist_ok=True)
     stem = out / f"protocol_{exp.name}"
-    pd.DataFrame([asdict(r) for r in timing.rows]).to_csv(f"{stem}.csv", index=False)
     summary = {k: v for k, v in asdict(timing).items() if k != "rows"}
     summary["fits_per_second"] = timing.fits_per_second
-    Path(f"{stem}.json").write_text(json.dumps(summary, indent=2) + "\n")
-    Path(f"{stem}.md").write_text(report)
+    frame = pd.DataFrame([asdict(r) for r in timing.rows])
+    lost = f"the timings: {timing.wall_seconds:.1f} s wall, {timing.cpu_seconds:.1f} CPU-s"
+    write_outputs([
+        (Path(f"{stem}.csv"), lambda tmp: frame.to_csv(tmp, index=False)),
+        (Path(f"{stem}.json"), write_text(json.dumps(summary, indent=2) + "\n")),
+        (Path(f"{stem}.md"), write_text(report)),
+    ], lost=lost)  # fmt: skip
     title = f"{exp.name} on {', '.join(timing.datasets)}, n_jobs = {timing.n_jobs}"
     t = Table("dataset", "row", "fits", "fit s", "max fit s", "plain epochs", "Newton its",
               "accel. epochs", "budget stops", title=title)  # fmt: skip

@@ -41,6 +41,7 @@ def predict(
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     setup_logging(verbose)
+    from topkbench.atomic import write_outputs
     from topkbench.errors import ConfigError
     from topkbench.predict import predict_file
 
@@ -54,8 +55,7 @@ def predict(
     if out is None:
         frame.to_csv(sys.stdout, index=False)
     else:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        frame.to_csv(out, index=False)
+        write_outputs([(out, lambda tmp: frame.to_csv(tmp, index=False))])
         log.info("%d predictions written to %s", len(frame), out)
     for note in result.notes:
         log.warning("%s", note)

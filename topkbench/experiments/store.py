@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from topkbench.atomic import replace_file, write_bytes
+from topkbench.atomic import replace_file, write_bytes, write_outputs
 from topkbench.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -412,11 +412,7 @@ class RecordStore:
             else:
                 df.to_csv(tmp, index=False)
 
-        try:
-            return replace_file(path, fill)
-        except OSError as exc:
-            kept = f"{path} is as it was" if path.exists() else "nothing written"
-            raise StoreError(f"cannot write {path}: {exc.strerror or exc}; {kept}") from None
+        return write_outputs([(path, fill)])[0]
 
 
 class WriterLock:
