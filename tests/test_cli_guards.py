@@ -237,3 +237,33 @@ def test_a_report_on_a_full_disk_leaves_the_previous_report_whole(tmp_path, monk
     assert "are as they were, and the report is printed to stdout only" in res.output
     assert {p: (out / p).read_bytes() for p in before} == before
     assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_records_edited_by_hand_are_skipped_and_counted(tmp_path, caplog):
+    """A record whose body is not JSON, or that holds text where a number belongs, is skipped
+    by report with a warning that counts them (report crashed), and the next sweep computes
+    them again, to the report of the untouched store."""
+    import json
+    import sqlite3
+
+    args = [*SWEEP, f"results_dir={tmp_path}"]
+    assert runner.invoke(app, ["sweep", *args]).exit_code == 0
+    whole = runner.invoke(app, ["report", *args])
+    assert whole.exit_code == 0, whole.output
+    db = sqlite3.connect(tmp_path / "table3" / "records.sqlite")
+    (k1, b1), (k2, _) = db.execute("SELECT key, body FROM records LIMIT 2").fetchall()
+    db.execute("UPDATE records SET body = ? WHERE key = ?",
+               (json.dumps({**json.loads(b1), "primal": "abc"}), k1))  # fmt: skip
+    db.execute("UPDATE records SET body = 'not json {' WHERE key = ?", (k2,))
+    db.commit()
+    db.close()
+    res = runner.invoke(app, ["report", *args])
+    assert res.exit_code == 0 and "Traceback" not in res.output, res.output
+    assert "2 of 36 grid fits of the datasets it ran are missing" in res.output
+    text = " ".join(caplog.text.split())
+    assert "2 record(s) of" in text and "cannot be read and are skipped" in text
+    assert runner.invoke(app, ["sweep", *args]).exit_code == 0
+    again = runner.invoke(app, ["report", *args])
+    assert "cannot be read" not in again.output
+    table = [line for line in again.output.splitlines() if line.startswith("|")]
+    assert table == [line for line in whole.output.splitlines() if line.startswith("|")]

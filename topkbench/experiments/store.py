@@ -165,6 +165,36 @@ def _store_errors(method):
     return wrapper
 
 
+# the fields of a record that hold numbers (or null), besides the metrics (val_*, test_*: a
+# number, a list of numbers or null), and those that hold text
+_NUMBER_FIELDS = frozenset({
+    "C", "gamma", "k", "eps", "theta", "delta", "init_C", "time_limit", "max_epochs", "draw",
+    "data_seed", "primal", "dual", "relative_gap", "epochs", "train_seconds", "plain_epochs",
+    "newton_iterations", "accelerated_epochs", "n_train", "n_features", "n_classes",
+})  # fmt: skip
+_TEXT_FIELDS = ("key", "experiment", "method", "row", "dataset", "status", "fold")
+
+
+def _record_fault(rec) -> str | None:
+    """Why a stored record cannot be read (None: it can): not an object, a text field that
+    is not text, a number field or metric that is not a number."""
+
+    def number(v) -> bool:
+        return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+
+    if not isinstance(rec, dict):
+        return "its body is not a JSON object"
+    for name in _TEXT_FIELDS:
+        if name in rec and not isinstance(rec[name], str):
+            return f"{name} is {rec[name]!r}, not text"
+    for name, v in rec.items():
+        metric = name.startswith(("val_", "test_"))
+        if name in _NUMBER_FIELDS or metric:
+            if not (number(v) or (metric and isinstance(v, list) and all(map(number, v)))):
+                return f"{name} is {v!r}, not a number"
+    return None
+
+
 def _damaged(db, exc) -> StoreError:
     return StoreError(
         f"cannot open record store {db}: {exc}",
@@ -325,11 +355,29 @@ class RecordStore:
 
     @_store_errors
     def load(self) -> pd.DataFrame:
-        """All records (one consistent snapshot), one row each, sorted by key."""
+        """All records (one consistent snapshot), one row each, sorted by key.  A record whose
+        body is not a JSON object, or holds a value of the wrong type (edited by hand), is
+        skipped with a warning that counts such records: a sweep computes it again."""
         conn = self._connect(create=False)
         if conn is None:
             return pd.DataFrame()
-        rows = [json.loads(b) for (b,) in conn.execute("SELECT body FROM records ORDER BY key")]
+        rows, faults = [], []
+        for key, body in conn.execute("SELECT key, body FROM records ORDER BY key"):
+            try:
+                rec = json.loads(body)
+            except (TypeError, ValueError):
+                rec, fault = None, "its body is not JSON"
+            else:
+                fault = _record_fault(rec)
+            if fault is None:
+                rows.append(rec)
+            else:
+                faults.append(f"{key} ({fault})")
+        if faults:
+            log.warning(
+                "%d record(s) of %s cannot be read and are skipped (edited by hand?), e.g. %s",
+                len(faults), self.db, faults[0],
+            )  # fmt: skip
         return pd.DataFrame(rows)
 
     # -- warm-start checkpoints --------------------------------------------------------------
