@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 from typer.testing import CliRunner
 
@@ -267,3 +269,40 @@ def test_records_edited_by_hand_are_skipped_and_counted(tmp_path, caplog):
     assert "cannot be read" not in again.output
     table = [line for line in again.output.splitlines() if line.startswith("|")]
     assert table == [line for line in whole.output.splitlines() if line.startswith("|")]
+
+
+def test_memory_that_runs_out_is_one_line(monkeypatch):
+    """A MemoryError anywhere in a command (pyarrow's ArrowMemoryError is one) ends in one
+    error line with exit code 7, not a traceback."""
+    import topkbench.api
+
+    def no_memory(*args, **kwargs):
+        raise MemoryError("Unable to allocate 68.7 MiB")
+
+    monkeypatch.setattr(topkbench.api, "fit", no_memory)
+    res = runner.invoke(app, ["train", *SMALL, "method=lr_multi"])
+    assert res.exit_code == 7 and "Traceback" not in res.output
+    assert "memory ran out (MemoryError: Unable to allocate 68.7 MiB)" in " ".join(
+        res.output.split()
+    )
+
+
+@pytest.mark.skipif(shutil.which("prlimit") is None, reason="needs util-linux's prlimit")
+def test_a_sweep_under_an_address_space_limit_never_hangs(tmp_path):
+    """Under a limit below what the libraries map, the sweep refuses at once with the figure
+    (it spun forever in the BLAS's buffer allocation); under a tight one above it, the BLAS
+    keeps to one thread and the sweep finishes."""
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "topkbench.cli", "sweep", *SWEEP, f"results_dir={tmp_path}"]
+    low = subprocess.run(["prlimit", "--as=700000000", *cmd], capture_output=True, text=True,
+                         timeout=60)  # fmt: skip
+    assert low.returncode == 7 and "Traceback" not in low.stderr
+    assert "the address-space limit is 668 MB; topkbench needs at least 1024 MB" in " ".join(
+        low.stderr.split()
+    )
+    ok = subprocess.run(["prlimit", "--as=1200000000", *cmd, "n_jobs=2"], capture_output=True,
+                        text=True, timeout=300)  # fmt: skip
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    assert "finished:" in ok.stderr

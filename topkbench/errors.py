@@ -78,5 +78,16 @@ class OutputError(TopkbenchError, OSError):
         self.path, self.hint = path, hint
 
 
+class MemoryLimitError(TopkbenchError, MemoryError):
+    """Memory ran out, or the address-space limit (``ulimit -v``) is below what the numerical
+    libraries map; finished records are kept."""
+
+    exit_code = 7
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
 class ConvergenceWarning(UserWarning):
     """A solver stopped on its budget (epochs or time) before reaching the requested gap."""

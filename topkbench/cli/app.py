@@ -75,15 +75,59 @@ def fail(message: str, hint: str | None = None, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+# below this address-space limit (ulimit -v, prlimit --as) the numerical libraries do not
+# even load: their shared objects, numba's compiler and the BLAS's buffers map about this much
+# (the resident memory of a small run is a third of it)
+MIN_ADDRESS_SPACE = 1 << 30
+
+
+def guard_address_space() -> None:
+    """Under a finite address-space limit: refuse one below :data:`MIN_ADDRESS_SPACE` with
+    its figure, and keep the BLAS to one thread.  Each OpenBLAS thread maps a 32 MB buffer
+    at its first call, and a mapping the limit refuses is retried forever (a sweep under a
+    limit spun at 100 % CPU, writing nothing); one thread maps its buffer at the first
+    product, while memory is still free."""
+    import resource
+
+    from topkbench.errors import MemoryLimitError
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY:
+        return
+    if soft < MIN_ADDRESS_SPACE:
+        raise MemoryLimitError(
+            f"the address-space limit is {soft / 2**20:.0f} MB; topkbench needs at least "
+            f"{MIN_ADDRESS_SPACE / 2**20:.0f} MB of address space (its numerical libraries "
+            "map that much, though far less is resident)",
+            hint="raise the limit (ulimit -v, prlimit --as) or drop it",
+        )
+    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(name, "1")
+    import sys
+
+    if "numpy" in sys.modules:  # loaded already: limit its BLAS's threads at run time
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(1, user_api="blas")
+
+
 def handle_errors(fn):
     @wraps(fn)
     def wrapper(*args, **kwargs):
         from topkbench.errors import TopkbenchError
 
         try:
+            guard_address_space()
             return fn(*args, **kwargs)
         except TopkbenchError as exc:
             fail(str(exc), getattr(exc, "hint", None), exc.exit_code)
+        except MemoryError as exc:  # also pyarrow's ArrowMemoryError
+            fail(
+                f"memory ran out ({type(exc).__name__}{': ' if str(exc) else ''}{exc}); what "
+                "was finished is kept (a sweep's records: re-run it to resume)",
+                "free memory, raise the limit (ulimit -v), or use fewer workers (n_jobs=1)",
+                code=7,
+            )
         except KeyboardInterrupt:
             fail("interrupted; finished records are kept, re-run the command to resume", code=130)
 
