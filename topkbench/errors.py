@@ -78,6 +78,17 @@ class OutputError(TopkbenchError, OSError):
         self.path, self.hint = path, hint
 
 
+class ClusterError(TopkbenchError, RuntimeError):
+    """A Dask cluster that cannot be reached, lost its workers or its scheduler, or whose
+    workers died running a task; finished records are kept."""
+
+    exit_code = 8
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
 class MemoryLimitError(TopkbenchError, MemoryError):
     """Memory ran out, or the address-space limit (``ulimit -v``) is below what the numerical
     libraries map; finished records are kept."""

@@ -9,6 +9,7 @@ run in process, on local worker processes (``n_jobs``) or on a Dask cluster
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from topkbench.config import ExperimentConfig
-from topkbench.errors import TopkbenchError
+from topkbench.errors import ClusterError, TopkbenchError
 from topkbench.experiments.fits import certifiable, fit_point, make_record, path_context
 from topkbench.experiments.plan import PathJob, PathSummary, record_spec
 from topkbench.experiments.store import CheckpointRef, RecordStore, read_checkpoint, spec_key
@@ -226,6 +227,13 @@ def _run_collected(exp: ExperimentConfig, task) -> tuple[PathSummary, list]:
     return summary, out
 
 
+# the Dask driver's watch: how long to try to reach the scheduler, how often to look at the
+# cluster while tasks wait, and how long a cluster may stay without workers
+DASK_CONNECT_SECONDS = 10.0
+DASK_WATCH_SECONDS = 2.0
+DASK_NO_WORKER_SECONDS = 60.0
+
+
 class Driver:
     """The sweep's one writer (DESIGN §8): runs tasks in process, on a local process pool
     (``n_jobs``) or on a Dask cluster (``scheduler``), and commits every record the workers
@@ -252,15 +260,7 @@ class Driver:
         if not tasks:
             return results
         if exp.scheduler:
-            from distributed import Client, as_completed
-
-            with Client(exp.scheduler) as client:
-                futures = client.map(_run_collected, [exp] * len(tasks), tasks, pure=False)
-                for fut in as_completed(futures):
-                    summary, msgs = fut.result()
-                    for msg in msgs:
-                        self.commit(*msg)
-                    done(summary)
+            self._run_dask(tasks, done)
             return results
         if exp.n_jobs == 1 or len(tasks) == 1:
             for task in tasks:
@@ -268,6 +268,61 @@ class Driver:
             return results
         self._run_pool(tasks, done)
         return results
+
+    def _run_dask(self, tasks: list, done) -> None:
+        """The tasks on the Dask cluster at ``exp.scheduler``, committing each path's records
+        as it finishes.  The cluster is watched: an address that cannot be reached within
+        :data:`DASK_CONNECT_SECONDS`, a task whose workers died running it (Dask's
+        ``KilledWorker``), a lost scheduler, and a cluster left without workers for
+        :data:`DASK_NO_WORKER_SECONDS` each end the sweep with one :class:`ClusterError`
+        naming the scheduler (the records that arrived are committed)."""
+        from distributed import Client, wait
+
+        address = self.exp.scheduler
+        try:
+            client = Client(address, timeout=DASK_CONNECT_SECONDS)
+        except (OSError, TimeoutError, ValueError, TypeError) as exc:
+            raise ClusterError(f"cannot reach the Dask scheduler {address!r}: {exc}",
+                               hint="check the address (tcp://HOST:PORT)") from None  # fmt: skip
+        try:
+            pending = set(client.map(_run_collected, [self.exp] * len(tasks), tasks, pure=False))
+            idle_since = None
+            while pending:
+                try:
+                    finished, pending = wait(pending, timeout=DASK_WATCH_SECONDS,
+                                             return_when="FIRST_COMPLETED")  # fmt: skip
+                except TimeoutError:  # nothing finished in this look: the cluster is checked
+                    finished = set()
+                for fut in finished:
+                    if fut.status == "error":
+                        exc = fut.exception()
+                        raise ClusterError(
+                            f"a task failed on the Dask cluster at {address}: "
+                            f"{type(exc).__name__}: {exc}; finished records are kept",
+                            hint="re-run the sweep to resume",
+                        )  # fmt: skip
+                    summary, msgs = fut.result()
+                    for msg in msgs:
+                        self.commit(*msg)
+                    done(summary)
+                if pending and not client.scheduler_info().get("workers"):
+                    idle_since = idle_since or time.monotonic()
+                    if time.monotonic() - idle_since > DASK_NO_WORKER_SECONDS:
+                        raise ClusterError(
+                            f"the Dask cluster at {address} has had no worker for "
+                            f"{DASK_NO_WORKER_SECONDS:g} s; {len(pending)} task(s) wait; "
+                            "finished records are kept",
+                            hint="start workers (dask worker ADDRESS) and re-run the sweep",
+                        )  # fmt: skip
+                else:
+                    idle_since = None
+        except (OSError, TimeoutError) as exc:  # the scheduler went away (CommClosedError)
+            raise ClusterError(f"lost the Dask scheduler {address}: {type(exc).__name__}: "
+                               f"{exc}; finished records are kept",
+                               hint="re-run the sweep to resume") from None  # fmt: skip
+        finally:
+            with contextlib.suppress(Exception):
+                client.close(timeout=DASK_CONNECT_SECONDS)
 
     def _run_pool(self, tasks: list, done) -> None:
         import queue as queue_mod
