@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 from numpy.typing import NDArray
 
 from topkbench.errors import ConfigError, ConvergenceWarning
@@ -69,7 +70,12 @@ class FitParams:
     ``exp`` or a non-increasing non-negative sequence; Kato §7.3), ``rho`` as a vector (None
     for the other methods); ``fw``: None solves ``wtopk_svm`` by SDCA with the exact
     projection of :mod:`topkbench.prox.permutahedron`, a Frank-Wolfe variant (``standard``,
-    ``away``, ``pairwise``; Kato §5) by Frank-Wolfe.
+    ``away``, ``pairwise``; Kato §5) by Frank-Wolfe.  ``float32`` (linear SDCA):
+    ``"auto"`` runs the passes of plain epochs in float32 where every feature value is
+    exactly a float32 (binary bag-of-words, pixels in {0, 1}, small integers) or the
+    features are float32 already (:func:`topkbench.solvers.problem.keeps_single`: while far
+    from eps; every certificate stays float64 and is the same as for the float64 values);
+    ``"never"`` keeps them in float64.
     """
 
     C: float
@@ -81,6 +87,7 @@ class FitParams:
     weights: Any
     rho: NDArray[np.float64] | None
     fw: str | None
+    float32: str = "auto"
 
     def model_params(self, stop: StopRule) -> dict[str, Any]:
         """The ``params`` a model records (the weighted hinge's weights as given, or as a
@@ -94,8 +101,8 @@ class FitParams:
 
 
 def fit_params(spec: MethodSpec, m: int, *, C, k, gamma, eps, max_epochs, seed, time_limit,
-               eval_every, warn, accelerate, solver, weights,
-               fw) -> tuple[FitParams, StopRule]:  # fmt: skip
+               eval_every, warn, accelerate, solver, weights, fw,
+               float32="auto") -> tuple[FitParams, StopRule]:  # fmt: skip
     """The parameters of :func:`fit` for ``spec`` on ``m`` classes, checked: impossible
     values are refused with their valid range."""
     from topkbench.solvers.plan import ACCELERATE_MODES
@@ -107,6 +114,7 @@ def fit_params(spec: MethodSpec, m: int, *, C, k, gamma, eps, max_epochs, seed, 
     seed = check_int("seed", seed, 0)
     eval_every = check_eval_every(eval_every)
     accelerate = check_choice("accelerate", accelerate, ACCELERATE_MODES)
+    float32 = check_choice("float32", float32, ("auto", "never"))
     solver = check_solver(spec, solver)
     if time_limit is not None:
         time_limit = check_positive("time_limit", time_limit)
@@ -117,7 +125,7 @@ def fit_params(spec: MethodSpec, m: int, *, C, k, gamma, eps, max_epochs, seed, 
         rho = weight_vector(weights, k, m)
     elif not isinstance(weights, str) or weights != "flat":
         raise ConfigError(f"weights= is an option of wtopk_svm, not of {spec.name}")
-    return (FitParams(C, k, gamma, seed, accelerate, solver, weights, rho, fw),
+    return (FitParams(C, k, gamma, seed, accelerate, solver, weights, rho, fw, float32),
             StopRule(eps, max_epochs, time_limit, eval_every, warn))  # fmt: skip
 
 
@@ -128,7 +136,8 @@ def fit(X, Y, method: str, *, K=None, kernel: str | None = None, theta: float | 
         warm_start: Model | tuple[float, NDArray[np.float64]] | None = None,
         init: Model | None = None, warn: bool = True, check_kernel: bool = True,
         weights="flat", fw: str | None = None, accelerate: str = "auto",
-        solver: str | None = None, sample_weight=None, class_weight=None) -> Model:  # fmt: skip
+        solver: str | None = None, sample_weight=None, class_weight=None,
+        float32: str = "auto") -> Model:  # fmt: skip
     """Train ``method`` (a name or alias of ``topkbench methods``) on features ``X`` (dense or
     CSR, n x d) and targets ``Y``: minimize ``P(W) = lambda/2 ||W||^2 + 1/n sum_i w_i L(y_i,
     W^T x_i)``, ``C = 1/(lambda n)`` (DESIGN §2), and certify the result by its duality gap.
@@ -149,7 +158,7 @@ def fit(X, Y, method: str, *, K=None, kernel: str | None = None, theta: float | 
     ``C_new / C_old`` (feasible again).  ``init`` (``topk_ent_tr``): the model whose ``W`` the
     descent starts from (TPAMI §6.2: the selected LR^Multi one; else LR^Multi at the same C).
     The method's parameters (``C``, ``k``, ``gamma``, ``seed``, ``accelerate``, ``solver``,
-    ``weights``, ``fw``) are those of :class:`FitParams`, the stopping rule's (``eps``,
+    ``weights``, ``fw``, ``float32``) are those of :class:`FitParams`, the stopping rule's (``eps``,
     ``max_epochs``, ``time_limit``, ``eval_every``, ``warn``) those of :class:`StopRule`; the
     solver is the first row of :data:`SOLVERS` that applies.
     """
@@ -160,7 +169,8 @@ def fit(X, Y, method: str, *, K=None, kernel: str | None = None, theta: float | 
     params, stop = fit_params(spec, data.m, C=C, k=k, gamma=gamma, eps=eps, seed=seed,
                               max_epochs=max_epochs, time_limit=time_limit,
                               eval_every=eval_every, warn=warn, accelerate=accelerate,
-                              solver=solver, weights=weights, fw=fw)  # fmt: skip
+                              solver=solver, weights=weights, fw=fw,
+                              float32=float32)  # fmt: skip
     if init is not None and spec.solver != "lbfgs":
         raise ConfigError(f"init= is for topk_ent_tr; {spec.name} takes warm_start=")
     model = choose_solver(spec, fw).run(spec, data, params, stop, warm_start, init)
@@ -176,6 +186,8 @@ def _fit_sdca(spec, data: TrainingData, params: FitParams, stop: StopRule, warm_
 
     m, gram, ex_w, keep = data.m, data.gram is not None, data.weights, data.keep
     F, y, n_rows = data.features, data.y, data.n_rows
+    if not gram:
+        F = pass_precision(F, params.float32)
     A0 = warm_dual(warm_start, spec.name, (n_rows, m), params.C, ex_w, k=params.k,
                    rank_weights=params.rho)  # fmt: skip
     A0_rows, w_rows = A0, ex_w
@@ -206,6 +218,20 @@ def _fit_sdca(spec, data: TrainingData, params: FitParams, stop: StopRule, warm_
                               X=data.X, info=info, A=A)  # fmt: skip
     model.sample_weight = ex_w
     return model
+
+
+def pass_precision(X, float32: str):
+    """The features SDCA's passes read: a float32 copy of float64 features whose every value
+    is exactly a float32 (``float32="auto"``: the certificates, which widen them, are the
+    same as for ``X``), float64 ones for ``"never"``, else ``X`` itself."""
+    values = X.data if sp.issparse(X) else X
+    if float32 == "never":
+        return X.astype(np.float64) if values.dtype == np.float32 else X
+    if values.dtype != np.float64:
+        return X
+    single = X.astype(np.float32)
+    exact = np.array_equal((single.data if sp.issparse(X) else single), values)
+    return single if exact else X
 
 
 def _fit_frank_wolfe(spec, data: TrainingData, params: FitParams, stop: StopRule, warm_start,

@@ -93,6 +93,10 @@ class DatasetConfig:
         for key in _DATASET_BOOLS:
             if key in d and not isinstance(d[key], bool):
                 raise ConfigError(f"dataset.{key} must be true or false; got {d[key]!r}")
+        if d.get("float32") is not None and not isinstance(d["float32"], bool):
+            raise ConfigError(
+                f"dataset.float32 must be true, false or null (auto); got {d['float32']!r}"
+            )
         if d.get("class_weight") is not None:
             check_choice("dataset.class_weight", d["class_weight"], ("balanced",))
         pca = d.get("pca")

@@ -84,14 +84,16 @@ class PreprocessSpec:
     """What every kind applies after loading, in this order: PCA fitted on train (file kinds;
     an integer or ``nonsingular``), a constant feature of value ``bias`` (0 = none, DESIGN
     §2), per-feature ``scale`` fitted on train (``none`` keeps the papers' raw features), and
-    float32 storage of dense features; and how training weighs the classes: ``class_weight:
-    balanced`` gives each example of class c the weight ``n / (m n_c)`` (multiclass methods;
-    None weighs every example 1, as the papers do)."""
+    float32 storage of the features (``float32: true``; ``false`` keeps SDCA's passes in
+    float64 even where the features are exact in float32; absent: features exact in float32
+    get float32 passes, :func:`topkbench.fit`'s ``float32="auto"``); and how training weighs
+    the classes: ``class_weight: balanced`` gives each example of class c the weight ``n /
+    (m n_c)`` (multiclass methods; None weighs every example 1, as the papers do)."""
 
     pca: int | str | None = None
     bias: float = 0.0
     scale: str = "none"
-    float32: bool = False
+    float32: bool | None = None
     class_weight: str | None = None
 
 
@@ -119,6 +121,7 @@ _CASTS = {
     "str": (str, "a string"),
     "int | None": (int, "an integer"),
     "str | None": (str, "a string"),
+    "bool | None": (bool, "true, false or null"),
     "int | str | None": (lambda v: v if isinstance(v, str) else int(v), "an integer or a name"),
 }
 

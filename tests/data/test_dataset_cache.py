@@ -128,3 +128,18 @@ def test_an_unwritable_data_directory_only_skips_the_cache(libsvm_cfg, monkeypat
                                       np.asarray(X.todense() if sp.issparse(X) else X))  # fmt: skip
         np.testing.assert_array_equal(ds.splits[split][1], y)
     assert not _cache_path(cfg).exists()
+
+
+def test_float32_option_is_true_false_or_auto(libsvm_cfg):
+    """Absent, the passes follow fit's float32="auto"; false keeps them in float64 (the
+    sweep passes float32="never"); anything else is refused."""
+    from topkbench.errors import ConfigError
+    from topkbench.experiments.fits import dataset_options
+
+    assert load_dataset(libsvm_cfg(), 0).float32 == "auto"
+    off = load_dataset(libsvm_cfg(float32=False), 0)
+    assert off.float32 == "never"
+    assert dataset_options(off, "svm_multi") == {"float32": "never"}
+    assert dataset_options(load_dataset(libsvm_cfg(), 0), "svm_multi") == {}
+    with pytest.raises(ConfigError, match="dataset.float32 must be true, false or null"):
+        libsvm_cfg(float32="abc")

@@ -25,7 +25,8 @@ def problem():
 def test_float32_fit_equals_the_float64_fit_of_the_same_values(problem):
     X32, y = problem
     m32 = topkbench.fit(X32, y, "lr_multi", C=1.0, eps=1e-10, seed=1)
-    m64 = topkbench.fit(X32.astype(np.float64), y, "lr_multi", C=1.0, eps=1e-10, seed=1)
+    m64 = topkbench.fit(X32.astype(np.float64), y, "lr_multi", C=1.0, eps=1e-10, seed=1,
+                        float32="never")  # fmt: skip
     assert m32.status == m64.status == "converged"
     # the same arithmetic except W's resynchronization (blocked for float32): same optimum
     assert m32.primal == pytest.approx(m64.primal, rel=1e-9)
@@ -195,7 +196,7 @@ def test_float32_fit_hands_its_last_digits_to_float64(sparse):
     Xd = sp.csr_matrix(X.astype(np.float64)) if sparse else X.astype(np.float64)
     kw = dict(C=1.0, eps=1e-9, seed=1, accelerate="never")
     m32 = topkbench.fit(Xk, y, "lr_multi", **kw)
-    m64 = topkbench.fit(Xd, y, "lr_multi", **kw)
+    m64 = topkbench.fit(Xd, y, "lr_multi", **kw, float32="never")
     assert m32.status == m64.status == "converged" and m32.relative_gap <= 1e-9
     assert 0 < m32.info["float32_epochs"] < m32.epochs and "float32_epochs" not in m64.info
     assert m32.primal == pytest.approx(m64.primal, rel=1e-8)
@@ -248,3 +249,30 @@ def test_rbf_kernel_of_float32_features_is_the_float64_one(sparse):
     assert got.dtype == np.float64 and np.array_equal(got, want)
     assert np.array_equal(rbf_kernel(conv(X.astype(np.float32)), theta=0.3),
                           rbf_kernel(conv(X), theta=0.3))  # fmt: skip
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_features_exact_in_float32_get_float32_passes(sparse):
+    """float64 features whose every value is a float32 (binary pixels, bag-of-words counts)
+    get float32 passes through fit (float32="auto"), certified as the float64 fit is; values
+    that are not exact, and float32="never", keep float64 passes; a float32 input with
+    "never" is widened."""
+    from topkbench.errors import ConfigError
+
+    rng = np.random.default_rng(5)
+    X = (rng.random((300, 20)) < 0.3) * rng.integers(1, 4, (300, 20)).astype(np.float64)
+    y = rng.integers(0, 4, 300)
+    Xk = sp.csr_matrix(X) if sparse else X
+    kw = dict(C=1.0, eps=1e-6, seed=1, accelerate="never")
+    auto = topkbench.fit(Xk, y, "svm_multi", gamma=1.0, **kw)
+    never = topkbench.fit(Xk, y, "svm_multi", gamma=1.0, float32="never", **kw)
+    assert auto.info["float32_epochs"] > 0 and "float32_epochs" not in never.info
+    assert auto.converged and never.converged
+    assert auto.primal == pytest.approx(never.primal, rel=2e-6)
+    inexact = Xk * 0.1  # 0.1, 0.2, 0.3 are not floats32
+    assert "float32_epochs" not in topkbench.fit(inexact, y, "svm_multi", gamma=1.0, **kw).info
+    widened = topkbench.fit(Xk.astype(np.float32), y, "svm_multi", gamma=1.0, float32="never",
+                            **kw)  # fmt: skip
+    assert "float32_epochs" not in widened.info and widened.primal == never.primal
+    with pytest.raises(ConfigError, match="float32 must be one of auto, never"):
+        topkbench.fit(Xk, y, "svm_multi", float32="yes")

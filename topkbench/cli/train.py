@@ -49,7 +49,7 @@ def train(
     from topkbench.data.dataset import load_dataset
     from topkbench.errors import ConfigError, ConvergenceWarning
     from topkbench.experiments.evaluation import evaluate_multilabel, training_targets
-    from topkbench.experiments.fits import class_weight_option
+    from topkbench.experiments.fits import dataset_options
     from topkbench.metrics.topk import topk_accuracy
 
     cfg = TrainConfig.from_dict(compose(overrides, "train"))
@@ -82,7 +82,7 @@ def train(
             kernel=None if cfg.kernel == "linear" else cfg.kernel,
             theta=cfg.theta,
             **method_options(cfg.method, weights=cfg.weights, fw=cfg.fw, solver=cfg.solver),
-            **class_weight_option(ds, cfg.method),
+            **dataset_options(ds, cfg.method),
         )
     for w in caught:
         log.warning("%s", w.message)

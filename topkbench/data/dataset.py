@@ -77,6 +77,7 @@ class Dataset:
     # raw features -> the training features (scaling, bias); None where it cannot be replayed
     feature_map: FeatureMap | None = None
     class_weight: str | None = None  # how training weighs the classes (PreprocessSpec)
+    float32: str = "auto"  # SDCA's passes (fit's float32=): "never" when the spec says false
 
     @property
     def n_features(self) -> int:
@@ -373,7 +374,9 @@ def load_dataset(cfg: DatasetConfig, seed: int) -> Dataset:
     take half the memory, and SDCA, which trains on them directly, runs the passes of its
     plain epochs in float32 while far from eps (its certificates stay float64;
     :func:`topkbench.solvers.problem.keeps_single`).  Sparse matrices keep their structure
-    with float32 values (the binary features of the Mulan sets are exact)."""
+    with float32 values (the binary features of the Mulan sets are exact).  Without the
+    option, features exact in float32 get the same passes (:func:`topkbench.fit`'s
+    ``float32="auto"``); ``float32: false`` keeps them in float64 (``ds.float32``)."""
     ds = _load_dataset(cfg, seed)
     pre = cfg.preprocess
     scale = check_choice("dataset.scale", pre.scale, SCALINGS)
@@ -381,6 +384,7 @@ def load_dataset(cfg: DatasetConfig, seed: int) -> Dataset:
     if scale != "none":
         shift, div = scale_features(ds, scale, has_bias=pre.bias != 0.0)
     ds.class_weight = pre.class_weight
+    ds.float32 = "never" if pre.float32 is False else "auto"
     if not (pre.pca and cfg.kind in FILE_KINDS):  # a PCA projection is not replayed
         raw = ds.n_features - (pre.bias != 0.0)
         ds.feature_map = FeatureMap(raw, shift, div, pre.bias)

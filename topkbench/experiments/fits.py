@@ -164,16 +164,18 @@ def path_context(exp: ExperimentConfig, job: PathJob, data_seed: int):
     return ctx, None
 
 
-def class_weight_option(dataset, method: str) -> dict:
-    """``{"class_weight": ...}`` when the dataset asks for class weights (``dataset.
-    class_weight``); multilabel methods have no classes to weigh, and are refused one."""
+def dataset_options(dataset, method: str) -> dict:
+    """The ``fit`` keywords a dataset's spec sets: ``class_weight`` when it asks for class
+    weights (multilabel methods have no classes to weigh, and are refused one), and
+    ``float32="never"`` when it says ``float32: false``."""
+    options = {} if dataset.float32 == "auto" else {"float32": dataset.float32}
     if dataset.class_weight is None:
-        return {}
+        return options
     if get_method(method).task == "multilabel":
         raise ConfigError(
             f"dataset {dataset.name}: class_weight applies to multiclass methods, not {method}"
         )
-    return {"class_weight": dataset.class_weight}
+    return {**options, "class_weight": dataset.class_weight}
 
 
 def fit_point(exp, job: PathJob, ctx: _Context, C: float, seed: int, warm, **budget):
@@ -201,7 +203,7 @@ def fit_point(exp, job: PathJob, ctx: _Context, C: float, seed: int, warm, **bud
             init=ctx.init_model,
             accelerate=ACCELERATE,
             warn=False,
-            **class_weight_option(ctx.dataset, row.method),
+            **dataset_options(ctx.dataset, row.method),
         )
 
 
@@ -279,7 +281,7 @@ def _init_model(exp: ExperimentConfig, data, C: float, seed: int, dataset):
         warnings.simplefilter("ignore")
         return fit(Xtr, ytr, "lr_multi", C=C, **exp.stop_rule(), seed=seed,
                    n_classes=dataset.n_classes, warn=False,
-                   **class_weight_option(dataset, "lr_multi"))  # fmt: skip
+                   **dataset_options(dataset, "lr_multi"))  # fmt: skip
 
 
 def warm_up(methods: set[str], rbf_methods: set[str] = frozenset()) -> None:
