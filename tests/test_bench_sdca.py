@@ -211,3 +211,31 @@ def test_cli_runs_the_delicious_shape_and_refuses_its_study(tmp_path):
     assert len(pd.read_csv(out)) == 1 and not (tmp_path / "sdca_convergence.csv").exists()
     res = CliRunner().invoke(app, [*args, "--converge", "--out", str(out)])
     assert res.exit_code != 0 and "runs on the gaussian shape only" in res.output
+
+
+def test_bench_sdca_times_a_registered_datasets_real_split(tmp_path, monkeypatch):
+    """--dataset times the training split of a registered dataset (here an emotions-like
+    Mulan set) found on the $TOPKBENCH_DATA search path: a writable directory first (the
+    parsed-data cache goes there), then read-only collections such as ../shared/data and
+    its mulan/ folder."""
+    import os
+
+    from test_sweep_table7 import _write_emotions_like
+
+    writable, shelf = tmp_path / "cache", tmp_path / "shelf"
+    writable.mkdir()
+    _write_emotions_like(shelf / "mulan", 80, 20)
+    search = os.pathsep.join(map(str, [writable, shelf, shelf / "mulan"]))
+    monkeypatch.setenv("TOPKBENCH_DATA", search)
+    out = tmp_path / "s.csv"
+    res = CliRunner().invoke(app, ["bench", "sdca", "--dataset", "emotions", "--epochs", "1",
+                                   "--out", str(out)])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    df = pd.read_csv(out)
+    assert set(df["shape"]) == {"emotions"} and set(df["m"]) == {6} and set(df["d"]) == {5}
+    assert (df["n"] <= 80).all() and set(df["method"]) == {"svm_ml", "lr_ml"}
+    assert list((writable / ".cache").glob("emotions-*.pkl")) and not (shelf / ".cache").exists()
+    res = CliRunner().invoke(app, ["bench", "sdca", "--dataset", "emotions", "--n", "10"])
+    assert res.exit_code != 0 and "drop --n, --d and --m" in res.output
+    res = CliRunner().invoke(app, ["bench", "sdca", "--dataset", "nope"])
+    assert res.exit_code != 0 and "Traceback" not in res.output

@@ -25,6 +25,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse as sp
 
 from topkbench.bench.common import (
     check_sdca_methods,
@@ -95,6 +96,25 @@ SDCA_SHAPES: dict[str, BenchShape] = {
 }
 
 
+def _real_problem(cfg, seed: int):
+    """The training split of the registered dataset ``cfg``, and the shape whose default
+    methods it takes (the delicious shape's for a multilabel set, else the ALOI shape's),
+    sized as the data."""
+    from dataclasses import replace
+
+    from topkbench.data.cache import load_dataset_cached
+
+    ds = load_dataset_cached(cfg, seed)
+    X, y = ds.splits["train"]
+    if ds.multilabel:
+        y = sp.csr_matrix(y)
+        keep = np.flatnonzero((np.diff(y.indptr) > 0) & (np.diff(y.indptr) < ds.n_classes))
+        X, y = X[keep], y[keep]  # the examples fit trains on (TPAMI §3.3)
+    base = SDCA_SHAPES["delicious" if ds.multilabel else "aloi"]
+    about = f"{ds.name}: the real training split"
+    return X, y, replace(base, n=X.shape[0], d=X.shape[1], m=ds.n_classes, about=about)
+
+
 def shape_size(shape: str, n: int | None, d: int | None, m: int | None) -> tuple[int, int, int]:
     """``(n, d, m)`` of a ``bench sdca`` shape, each None replaced by the shape's default;
     an unknown shape is refused with the known ones."""
@@ -145,6 +165,7 @@ def bench_sdca(
     peak_gflops: float | None = None,
     shape: str = "gaussian",
     float32: bool = False,
+    dataset=None,
 ) -> list[SDCABenchRow]:
     """Seconds per epoch of each loss in ``methods`` on the problem ``shape`` (a key of
     :data:`SDCA_SHAPES`; ``n``, ``d``, ``m`` override its size), against ``4 nnz m`` flops
@@ -153,11 +174,17 @@ def bench_sdca(
     seconds of the duality-gap certificate that follows an epoch.  ``float32``: the features
     are stored as float32 (a dataset's ``float32: true``), and the epochs' passes over W run
     in float32 (each row's ``precision`` says whether all timed epochs did); the bound stays
-    the float64 one."""
+    the float64 one.  ``dataset`` (a :class:`~topkbench.config.DatasetConfig`) times the
+    training split of a real dataset instead (``shape`` is then its name; default methods:
+    the delicious shape's for a multilabel set, the ALOI shape's otherwise)."""
     from topkbench.solvers.sdca import solve_sdca
 
-    n, d, m = shape_size(shape, n, d, m)
-    spec = SDCA_SHAPES[shape]
+    if dataset is not None:
+        X, y, spec = _real_problem(dataset, seed)
+        n, d, m = X.shape[0], X.shape[1], spec.m
+    else:
+        n, d, m = shape_size(shape, n, d, m)
+        spec = SDCA_SHAPES[shape]
     check_sdca_problem(n, d, m, C)
     if epochs < 1:
         raise ConfigError(f"bench sdca: epochs must be >= 1; got {epochs}")
@@ -172,14 +199,15 @@ def bench_sdca(
                 f"{get_method(name).task} loss; the {shape} shape is "
                 f"{'multilabel' if multilabel else 'multiclass'}"
             )
-    if multilabel:
+    if dataset is not None:  # compiled on its own first rows: the same dtypes and format
+        Xs, ys, ms = X[:40], y[:40], m
+    elif multilabel:
         X, y = make_delicious_problem(n, d, m, seed)
-        Xs, ys = make_delicious_problem(20, 5, 4, seed)
-        nnz = int(X.nnz)
+        Xs, ys, ms = *make_delicious_problem(20, 5, 4, seed), 4
     else:
         X, y = make_gaussian_problem(n, d, m, seed)
-        Xs, ys = make_gaussian_problem(20, 3, 4, seed)
-        nnz = n * d
+        Xs, ys, ms = *make_gaussian_problem(20, 3, 4, seed), 4
+    nnz = int(X.nnz) if sp.issparse(X) else n * d
     if float32:
         X, Xs = X.astype(np.float32), Xs.astype(np.float32)
 
@@ -192,7 +220,7 @@ def bench_sdca(
 
     # compile on a tiny problem of the same dtypes
     for name, gamma, _ in methods:
-        run(Xs, ys, 4, name, gamma, 2, 1)
+        run(Xs, ys, ms, name, gamma, 2, 1)
     rows = []
     flops = 4.0 * nnz * m
     for name, gamma, k in methods:

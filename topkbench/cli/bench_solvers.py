@@ -15,6 +15,8 @@ from topkbench.cli.app import (
     METHOD_SPEC_HELP,
     SEED_OPT,
     bench_app,
+    check_data_files,
+    compose,
     handle_errors,
     log,
     setup_logging,
@@ -36,6 +38,12 @@ def bench_sdca_cmd(
         "gaussian",
         help="problem: gaussian (n 20,000, d 128, m 100), aloi (20,000 x 128, m 1,000; top-k "
         "and multiclass losses) or delicious (11,628 x 500 CSR, m 983; multilabel losses)",
+    ),
+    dataset: str = typer.Option(
+        None,
+        help="time a registered dataset's real training split instead of a shape (e.g. "
+        "delicious, letter, caltech101_silhouettes; files found as by `topkbench data list`)",
+        show_default=False,
     ),
     n: int = typer.Option(None, help="examples (default: the shape's)", show_default=False),
     d: int = typer.Option(None, help="features (default: the shape's)", show_default=False),
@@ -88,7 +96,19 @@ def bench_sdca_cmd(
     )
     from topkbench.errors import ConfigError
 
-    n, d, m = shape_size(shape, n, d, m)
+    real = None
+    if dataset is not None:
+        from topkbench.config import DatasetConfig
+
+        if n is not None or d is not None or m is not None:
+            raise ConfigError("bench sdca: --dataset times the dataset's own n, d and m; drop "
+                              "--n, --d and --m")  # fmt: skip
+        real = DatasetConfig.from_dict(compose([f"dataset={dataset}"])["dataset"])
+        check_data_files(real)
+        shape = dataset
+        converge = bool(converge)
+    else:
+        n, d, m = shape_size(shape, n, d, m)
     if converge is None:
         converge = shape == "gaussian"
     elif converge and shape != "gaussian":
@@ -100,7 +120,7 @@ def bench_sdca_cmd(
         check_sdca_problem(n, d, m, conv_C, eps)
     methods = tuple(parse_method_spec(x) for x in method) if method else None
     rows = bench_sdca(n=n, d=d, m=m, epochs=epochs, C=C, seed=seed, methods=methods, shape=shape,
-                      float32=float32)  # fmt: skip
+                      float32=float32, dataset=real)  # fmt: skip
     out.parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame([r.__dict__ for r in rows]).to_csv(out, index=False)
     console = Console()

@@ -27,13 +27,16 @@ def _status_table(cfg, statuses) -> None:
 @data_app.command("list", help="List the registered datasets and whether their files are here.")
 @handle_errors
 def data_list() -> None:
+    import os
+
     from rich.console import Console
     from rich.table import Table
 
-    from topkbench.data.files import data_dir, missing_files
+    from topkbench.data.files import data_dirs, missing_files
     from topkbench.data.registry import registry_entry, registry_names
 
-    t = Table("name", "kind", "paper m / n / d", "files", "title", title=f"data dir: {data_dir()}")
+    where = os.pathsep.join(str(p) for p in data_dirs())
+    t = Table("name", "kind", "paper m / n / d", "files", "title", title=f"data dirs: {where}")
     for name in registry_names(conf_dir()):
         cfg = registry_entry(conf_dir(), name)
         paper = cfg.get("paper") or {}

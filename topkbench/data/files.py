@@ -19,13 +19,24 @@ from topkbench.errors import ConfigError, DataFormatError
 SPLIT_ORDER = ("train", "val", "test")
 
 
-def data_dir() -> Path:
-    """``$TOPKBENCH_DATA`` if set, else ``datasets/`` of the checkout (or of the cwd)."""
+def data_dirs() -> list[Path]:
+    """Where datasets are looked for, in order: ``$TOPKBENCH_DATA``, a search path of
+    directories (``os.pathsep``-separated, e.g. a writable one for downloads and the cache,
+    then read-only collections such as ``../shared/data:../shared/data/mulan``), each
+    holding ``<dataset>/<file>``; without it ``datasets/`` of the checkout (or of the cwd)."""
     env = os.environ.get("TOPKBENCH_DATA")
     if env:
-        return Path(env).expanduser().resolve()
+        dirs = [Path(p).expanduser().resolve() for p in env.split(os.pathsep) if p]
+        if dirs:
+            return dirs
     repo = Path(__file__).resolve().parents[2] / "datasets"
-    return repo if repo.is_dir() else Path.cwd() / "datasets"
+    return [repo if repo.is_dir() else Path.cwd() / "datasets"]
+
+
+def data_dir() -> Path:
+    """The first directory of :func:`data_dirs`: where downloads and the parsed-data cache
+    are written."""
+    return data_dirs()[0]
 
 
 def file_entries(cfg: DatasetConfig) -> dict[str, dict[str, Any]]:
@@ -70,12 +81,18 @@ def open_text(path: Path, errors: str = "strict"):
 
 
 def resolve_path(cfg: DatasetConfig, name: str) -> Path:
-    """An absolute path, a path existing relative to the cwd, or ``data_dir()/<dataset>/name``;
-    where that file is absent but a compressed copy (``name.gz``, ``.bz2``, ``.xz``) lies
-    beside it, the copy (the real Mulan sets are shipped gzipped)."""
+    """An absolute path, a path existing relative to the cwd, or ``<dir>/<dataset>/name`` in
+    the first of :func:`data_dirs` that holds it (else in the first one: where a download
+    goes); where that file is absent but a compressed copy (``name.gz``, ``.bz2``, ``.xz``)
+    lies beside it, the copy (the real Mulan sets are shipped gzipped)."""
     p = Path(name).expanduser()
-    if not (p.is_absolute() or p.exists()):
-        p = data_dir() / cfg.name / name
+    if p.is_absolute() or p.exists():
+        return _or_compressed(p)
+    candidates = [_or_compressed(d / cfg.name / name) for d in data_dirs()]
+    return next((c for c in candidates if c.exists()), candidates[0])
+
+
+def _or_compressed(p: Path) -> Path:
     if not p.exists():
         for suffix in COMPRESSED:
             packed = p.with_name(p.name + suffix)
