@@ -433,4 +433,39 @@ def test_outputs_the_disk_refuses_are_one_line_naming_what_was_kept(tmp_path, mo
             "cannot write model.npz: No space left on device; model.npz is as it was",
         )
     assert (tmp_path / "p.csv").read_text() == "kept\n"
-    assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    assert not [p.name for p in tmp_path.iterdir() if ".tmp" in p.name]
+
+
+def test_outputs_keep_the_compression_their_name_asks_for(tmp_path, monkeypatch):
+    """predict --out preds.csv.gz is gzip-compressed (the temporary file of the atomic write
+    keeps the target's suffix, from which pandas infers the compression)."""
+    import gzip
+
+    monkeypatch.chdir(tmp_path)
+    X, y = _problem()
+    np.save("x.npy", X)
+    topkbench.fit(X, y, "lr_multi").save("model.npz")
+    res = runner.invoke(app, ["predict", "model.npz", "x.npy", "--out", "p.csv.gz"])
+    assert res.exit_code == 0, res.output
+    with gzip.open("p.csv.gz", "rt") as fh:
+        assert fh.readline().startswith("row,label_1")
+
+
+def test_a_partly_renamed_set_of_outputs_says_which_were_written(tmp_path):
+    """When a rename fails after others succeeded, the error names the files written."""
+    from topkbench.atomic import write_outputs, write_text
+    from topkbench.errors import OutputError
+
+    (tmp_path / "b.csv").mkdir()  # a directory where the second file goes: its rename fails
+    with pytest.raises(OutputError, match="a.md written, the others as they were"):
+        write_outputs([(tmp_path / "a.md", write_text("new")),
+                       (tmp_path / "b.csv", write_text("x"))])  # fmt: skip
+    assert (tmp_path / "a.md").read_text() == "new"
+    assert not [p.name for p in tmp_path.iterdir() if ".tmp" in p.name]
+
+
+def test_fit_is_still_reachable_from_topkbench_model():
+    import topkbench.api
+    import topkbench.model
+
+    assert topkbench.model.fit is topkbench.api.fit

@@ -82,3 +82,35 @@ def test_a_failed_task_ends_the_sweep_keeping_what_finished(tmp_path, quick_watc
     monkeypatch.setattr(run, "_run_collected", real)
     summaries = run_sweep(exp)
     assert sum(s.cached for s in summaries) == kept
+
+
+def test_a_scheduler_that_goes_away_is_one_error(tmp_path, quick_watch, monkeypatch):
+    """The scheduler closed while the sweep waits on it (its futures are cancelled): one
+    ClusterError saying it was lost (a raw FuturesCancelledError)."""
+    import threading
+
+    from distributed import LocalCluster
+
+    monkeypatch.setattr(run, "DASK_NO_WORKER_SECONDS", 30.0)  # the lost scheduler, not this
+
+    exp = ExperimentConfig.from_dict(compose([*SWEEP, f"results_dir={tmp_path}"]))
+    cluster = LocalCluster(n_workers=0, processes=False, dashboard_address=None)
+    closer = threading.Timer(1.0, cluster.close)
+    closer.start()
+    try:
+        with pytest.raises(ClusterError, match="lost the Dask scheduler"):
+            run_sweep(dataclasses.replace(exp, scheduler=cluster.scheduler_address))
+    finally:
+        closer.cancel()
+        cluster.close()
+
+
+def test_pool_workers_keep_one_blas_thread_under_an_address_space_limit(monkeypatch):
+    import resource
+
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (2 << 30, resource.RLIM_INFINITY))
+    assert run._worker_blas_threads(1) == 1
+    monkeypatch.setattr(resource, "getrlimit",
+                        lambda which: (resource.RLIM_INFINITY, resource.RLIM_INFINITY))  # fmt: skip
+    monkeypatch.setattr("os.cpu_count", lambda: 8)
+    assert run._worker_blas_threads(2) == 4

@@ -229,9 +229,15 @@ def pass_precision(X, float32: str):
         return X.astype(np.float64) if values.dtype == np.float32 else X
     if values.dtype != np.float64:
         return X
-    single = X.astype(np.float32)
-    exact = np.array_equal((single.data if sp.issparse(X) else single), values)
-    return single if exact else X
+    flat = values.reshape(-1)  # checked in blocks: inexact data is refused at its first
+    step = 1 << 20
+    for a in range(0, flat.size, step):
+        block = flat[a : a + step]
+        if not np.array_equal(block.astype(np.float32), block):
+            return X
+    if sp.issparse(X):  # the float32 values on the same structure
+        return sp.csr_matrix((values.astype(np.float32), X.indices, X.indptr), shape=X.shape)
+    return X.astype(np.float32)
 
 
 def _fit_frank_wolfe(spec, data: TrainingData, params: FitParams, stop: StopRule, warm_start,
@@ -301,7 +307,7 @@ def _fit_ent_tr(spec, data: TrainingData, params: FitParams, stop: StopRule, war
     start = fit(
         X, y, "lr_multi", C=C, eps=stop.eps, max_epochs=stop.max_epochs, seed=params.seed,
         time_limit=stop.time_limit, eval_every=stop.eval_every, n_classes=m,
-        warm_start=lr_warm, warn=stop.warn, sample_weight=weights,
+        warm_start=lr_warm, warn=stop.warn, sample_weight=weights, float32=params.float32,
     )  # fmt: skip
     # for k = 1 (LR^Multi) the descent only confirms stationarity of the start
     return _ent_tr_model(name, params, stop, start, descend(start.W), start.train_seconds)

@@ -12,28 +12,43 @@ from pathlib import Path
 from topkbench.errors import OutputError
 
 
-def replace_files(items: Sequence[tuple[Path, Callable[[Path], None]]]) -> list[Path]:
-    """Write each ``(path, write)``: ``write(tmp)`` fills a temporary file beside ``path``;
-    only when every one is written are they renamed onto their paths, so that a failure
-    while writing leaves every target as it was (its temporary files removed, the error
-    raised).  The files get the permissions of a plain ``open`` (``0666`` less the umask;
-    ``mkstemp``'s ``0600`` would hide them from other users).  Returns the paths."""
+def _read_umask() -> int:
     umask = os.umask(0)
     os.umask(umask)
+    return umask
+
+
+# read once: setting the umask to read it is process-wide, and would race between threads
+_UMASK = _read_umask()
+
+
+def replace_files(items: Sequence[tuple[Path, Callable[[Path], None]]]) -> list[Path]:
+    """Write each ``(path, write)``: ``write(tmp)`` fills a temporary file beside ``path``
+    (its name ends in ``path``'s suffix, so that writers which infer a format or a
+    compression from it, as pandas does for ``.csv.gz``, infer the target's); only when
+    every one is written are they renamed onto their paths, so that a failure while writing
+    leaves every target as it was (its temporary files removed, the error raised, with the
+    paths already renamed, if a rename failed, in its ``replaced`` attribute).  The files get
+    the permissions of a plain ``open`` (``0666`` less the umask; ``mkstemp``'s ``0600``
+    would hide them from other users).  Returns the paths."""
     temps: list[str] = []
+    replaced: list[Path] = []
     try:
         for path, write in items:
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.",
+                                       suffix=f".tmp{path.suffix}")  # fmt: skip
             os.close(fd)
             temps.append(tmp)
             write(Path(tmp))
-            os.chmod(tmp, 0o666 & ~umask)
+            os.chmod(tmp, 0o666 & ~_UMASK)
         for (path, _), tmp in zip(items, temps, strict=True):
             os.replace(tmp, path)
-    except BaseException:
+            replaced.append(Path(path))
+    except BaseException as exc:
         for tmp in temps:
             Path(tmp).unlink(missing_ok=True)
+        exc.replaced = replaced  # type: ignore[attr-defined]
         raise
     return [Path(path) for path, _ in items]
 
@@ -48,7 +63,10 @@ def write_outputs(items: Sequence[tuple[Path, Callable[[Path], None]]], *,
     except OSError as exc:
         paths = [Path(p) for p, _ in items]
         where = paths[0] if len(paths) == 1 else paths[0].parent
-        if not any(p.exists() for p in paths):
+        replaced = getattr(exc, "replaced", [])
+        if replaced:
+            kept = f"{', '.join(p.name for p in replaced)} written, the others as they were"
+        elif not any(p.exists() for p in paths):
             kept = "nothing written"
         else:
             kept = (

@@ -251,4 +251,13 @@ def warm_primal(warm_start, method: str, shape: tuple[int, int] | None) -> dict[
     return out
 
 
+def __getattr__(name: str):
+    # topkbench.model.fit, where it was defined before topkbench.api held it
+    if name == "fit":
+        from topkbench.api import fit
+
+        return fit
+    raise AttributeError(f"module 'topkbench.model' has no attribute {name!r}")
+
+
 __all__ = ["FeatureMap", "Model", "WarmStart", "warm_dual", "warm_primal"]

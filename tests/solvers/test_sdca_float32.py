@@ -276,3 +276,16 @@ def test_features_exact_in_float32_get_float32_passes(sparse):
     assert "float32_epochs" not in widened.info and widened.primal == never.primal
     with pytest.raises(ConfigError, match="float32 must be one of auto, never"):
         topkbench.fit(Xk, y, "svm_multi", float32="yes")
+
+
+def test_float32_never_reaches_the_lr_multi_start_of_ent_tr(monkeypatch):
+    """top-k Ent_tr's LR^Multi start honours float32="never" (a dataset's float32: false)."""
+    import topkbench.api as api
+
+    seen = []
+    real = api.pass_precision
+    monkeypatch.setattr(api, "pass_precision", lambda X, mode: seen.append(mode) or real(X, mode))
+    rng = np.random.default_rng(2)
+    X = (rng.random((60, 5)) < 0.4).astype(np.float64)
+    topkbench.fit(X, np.arange(60) % 4, "topk_ent_tr", k=2, float32="never", max_epochs=50)
+    assert seen == ["never"]

@@ -164,9 +164,11 @@ def report(
     except OSError as exc:  # a read-only or full results directory: the report still prints
         where = exc.filename or Path(exp.results_dir) / exp.name
         reason = exc.strerror or exc
+        kept = (f"{', '.join(p.name for p in paths)} written" if paths
+                else "the files there are as they were")  # fmt: skip
         typer.echo(
-            f"warning: could not write the report files ({where}: {reason}); the files there "
-            "are as they were, and the report is printed to stdout only",
+            f"warning: could not write the report files ({where}: {reason}); {kept}, and the "
+            "report is printed to stdout only",
             err=True,
         )
     sys.stdout.write(rep.markdown)

@@ -234,6 +234,17 @@ DASK_WATCH_SECONDS = 2.0
 DASK_NO_WORKER_SECONDS = 60.0
 
 
+def _worker_blas_threads(n_jobs: int) -> int:
+    """BLAS threads per pool worker: the cores shared out, or one under a finite
+    address-space limit (each OpenBLAS thread maps a buffer, and one the limit refuses is
+    retried forever; :func:`topkbench.cli.app.guard_address_space`)."""
+    import resource
+
+    if resource.getrlimit(resource.RLIMIT_AS)[0] != resource.RLIM_INFINITY:
+        return 1
+    return max(1, (os.cpu_count() or 1) // n_jobs)
+
+
 class Driver:
     """The sweep's one writer (DESIGN §8): runs tasks in process, on a local process pool
     (``n_jobs``) or on a Dask cluster (``scheduler``), and commits every record the workers
@@ -276,7 +287,9 @@ class Driver:
         ``KilledWorker``), a lost scheduler, and a cluster left without workers for
         :data:`DASK_NO_WORKER_SECONDS` each end the sweep with one :class:`ClusterError`
         naming the scheduler (the records that arrived are committed)."""
-        from distributed import Client, wait
+        from concurrent.futures import CancelledError
+
+        from distributed import Client
 
         address = self.exp.scheduler
         try:
@@ -288,24 +301,19 @@ class Driver:
             pending = set(client.map(_run_collected, [self.exp] * len(tasks), tasks, pure=False))
             idle_since = None
             while pending:
-                try:
-                    finished, pending = wait(pending, timeout=DASK_WATCH_SECONDS,
-                                             return_when="FIRST_COMPLETED")  # fmt: skip
-                except TimeoutError:  # nothing finished in this look: the cluster is checked
-                    finished = set()
-                for fut in finished:
-                    if fut.status == "error":
-                        exc = fut.exception()
-                        raise ClusterError(
-                            f"a task failed on the Dask cluster at {address}: "
-                            f"{type(exc).__name__}: {exc}; finished records are kept",
-                            hint="re-run the sweep to resume",
-                        )  # fmt: skip
-                    summary, msgs = fut.result()
+                finished, pending = self._dask_wait(client, pending)
+                # the finished paths first, so that a failed one leaves them committed
+                for fut in sorted(finished, key=lambda f: f.status != "finished"):
+                    if fut.status != "finished":
+                        raise self._dask_failure(fut)
+                    try:
+                        summary, msgs = fut.result()
+                    except (OSError, CancelledError) as exc:  # the result's transfer
+                        raise self._lost(exc) from None
                     for msg in msgs:
                         self.commit(*msg)
                     done(summary)
-                if pending and not client.scheduler_info().get("workers"):
+                if pending and not self._dask_workers(client):
                     idle_since = idle_since or time.monotonic()
                     if time.monotonic() - idle_since > DASK_NO_WORKER_SECONDS:
                         raise ClusterError(
@@ -316,13 +324,48 @@ class Driver:
                         )  # fmt: skip
                 else:
                     idle_since = None
-        except (OSError, TimeoutError) as exc:  # the scheduler went away (CommClosedError)
-            raise ClusterError(f"lost the Dask scheduler {address}: {type(exc).__name__}: "
-                               f"{exc}; finished records are kept",
-                               hint="re-run the sweep to resume") from None  # fmt: skip
         finally:
             with contextlib.suppress(Exception):
                 client.close(timeout=DASK_CONNECT_SECONDS)
+
+    def _lost(self, exc: BaseException) -> ClusterError:
+        return ClusterError(f"lost the Dask scheduler {self.exp.scheduler}: "
+                            f"{type(exc).__name__}: {exc}; finished records are kept",
+                            hint="re-run the sweep to resume")  # fmt: skip
+
+    def _dask_wait(self, client, pending):
+        """``(finished, pending)`` after at most :data:`DASK_WATCH_SECONDS`; a lost scheduler
+        (the futures cancelled, the connection closed) is a :class:`ClusterError`."""
+        from concurrent.futures import CancelledError
+
+        from distributed import wait
+
+        try:
+            return wait(pending, timeout=DASK_WATCH_SECONDS, return_when="FIRST_COMPLETED")
+        except TimeoutError:  # nothing finished in this look: the cluster is checked
+            return set(), pending
+        except (OSError, CancelledError) as exc:
+            raise self._lost(exc) from None
+
+    def _dask_workers(self, client) -> dict:
+        from concurrent.futures import CancelledError
+
+        try:
+            return client.scheduler_info().get("workers") or {}
+        except (OSError, TimeoutError, CancelledError) as exc:
+            raise self._lost(exc) from None
+
+    def _dask_failure(self, fut) -> ClusterError:
+        """The error of a future that did not finish: cancelled (the scheduler went away) or
+        failed (its task raised, or its workers died running it: ``KilledWorker``)."""
+        if fut.status == "cancelled":
+            return self._lost(RuntimeError("the task was cancelled"))
+        exc = fut.exception()
+        return ClusterError(
+            f"a task failed on the Dask cluster at {self.exp.scheduler}: "
+            f"{type(exc).__name__}: {exc}; finished records are kept",
+            hint="re-run the sweep to resume",
+        )  # fmt: skip
 
     def _run_pool(self, tasks: list, done) -> None:
         import queue as queue_mod
@@ -335,7 +378,7 @@ class Driver:
             self._queue = ctx.Queue()
             self._pool = ProcessPoolExecutor(
                 self.exp.n_jobs, mp_context=ctx, initializer=_worker_init,
-                initargs=(self._queue, max(1, (os.cpu_count() or 1) // self.exp.n_jobs)),
+                initargs=(self._queue, _worker_blas_threads(self.exp.n_jobs)),
             )  # fmt: skip
         futures = [self._pool.submit(_run_queued, self.exp, i, t) for i, t in enumerate(tasks)]
         finished = 0
