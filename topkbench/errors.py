@@ -100,5 +100,15 @@ class MemoryLimitError(TopkbenchError, MemoryError):
         self.hint = hint
 
 
+def address_space_limit() -> int | None:
+    """The process's address-space limit in bytes (``ulimit -v``, ``prlimit --as``), or None
+    where there is none.  Under one, each BLAS thread's buffer is a mapping the limit may
+    refuse (OpenBLAS then retries it forever), so the runs keep the BLAS to one thread."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    return None if soft == resource.RLIM_INFINITY else int(soft)
+
+
 class ConvergenceWarning(UserWarning):
     """A solver stopped on its budget (epochs or time) before reaching the requested gap."""

@@ -96,6 +96,13 @@ def _fit_inputs(spec, X, K, kernel, theta, fw, check_kernel):
     return X, rbf_kernel(X, theta=theta), "rbf", theta
 
 
+def ranking_rows(Y, m: int) -> np.ndarray:
+    """The examples of a CSR label indicator whose label set is neither empty nor complete:
+    the only ones a multilabel ranking loss constrains (TPAMI §3.3)."""
+    sizes = np.diff(Y.indptr)
+    return (sizes > 0) & (sizes < m)
+
+
 def _fit_targets(spec, Y, n_rows: int, n_classes, warn: bool):
     """The targets of :func:`fit`, checked: ``(y, m, classes, keep)``, ``y`` the class indices
     (multiclass, with ``classes`` their labels) or the label sets as a CSR indicator
@@ -110,8 +117,7 @@ def _fit_targets(spec, Y, n_rows: int, n_classes, warn: bool):
         y, m, classes = class_indices(Y, n_rows, n_classes)
         return y, m, classes, None
     y, m = check_multilabel(Y, n_rows, n_classes)
-    sizes = np.diff(y.indptr)
-    keep = (sizes > 0) & (sizes < m)
+    keep = ranking_rows(y, m)
     excluded = int(n_rows - keep.sum())
     if excluded == n_rows:
         raise InputError(

@@ -103,13 +103,14 @@ def _real_problem(cfg, seed: int):
     from dataclasses import replace
 
     from topkbench.data.cache import load_dataset_cached
+    from topkbench.training_data import ranking_rows
 
     ds = load_dataset_cached(cfg, seed)
     X, y = ds.splits["train"]
     if ds.multilabel:
         y = sp.csr_matrix(y)
-        keep = np.flatnonzero((np.diff(y.indptr) > 0) & (np.diff(y.indptr) < ds.n_classes))
-        X, y = X[keep], y[keep]  # the examples fit trains on (TPAMI §3.3)
+        keep = np.flatnonzero(ranking_rows(y, ds.n_classes))
+        X, y = X[keep], y[keep]  # the examples fit trains on
     base = SDCA_SHAPES["delicious" if ds.multilabel else "aloi"]
     about = f"{ds.name}: the real training split"
     return X, y, replace(base, n=X.shape[0], d=X.shape[1], m=ds.n_classes, about=about)

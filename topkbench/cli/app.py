@@ -87,12 +87,10 @@ def guard_address_space() -> None:
     at its first call, and a mapping the limit refuses is retried forever (a sweep under a
     limit spun at 100 % CPU, writing nothing); one thread maps its buffer at the first
     product, while memory is still free."""
-    import resource
+    from topkbench.errors import MemoryLimitError, address_space_limit
 
-    from topkbench.errors import MemoryLimitError
-
-    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-    if soft == resource.RLIM_INFINITY:
+    soft = address_space_limit()
+    if soft is None:
         return
     if soft < MIN_ADDRESS_SPACE:
         raise MemoryLimitError(

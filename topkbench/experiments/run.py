@@ -238,9 +238,9 @@ def _worker_blas_threads(n_jobs: int) -> int:
     """BLAS threads per pool worker: the cores shared out, or one under a finite
     address-space limit (each OpenBLAS thread maps a buffer, and one the limit refuses is
     retried forever; :func:`topkbench.cli.app.guard_address_space`)."""
-    import resource
+    from topkbench.errors import address_space_limit
 
-    if resource.getrlimit(resource.RLIMIT_AS)[0] != resource.RLIM_INFINITY:
+    if address_space_limit() is not None:
         return 1
     return max(1, (os.cpu_count() or 1) // n_jobs)
 
