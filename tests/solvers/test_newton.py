@@ -906,3 +906,136 @@ def test_features_with_no_nonzero_entry_give_the_zero_model(method, sparse):
     assert model.converged and not model.W.any()
     loss0 = np.log(3.0) if method == "lr_multi" else 1.0
     assert model.primal == pytest.approx(loss0) and model.dual == pytest.approx(loss0)
+
+
+# --- the class-separable route of the one-vs-all hinge -----------------------------------------
+
+
+def _ova_problem(d, sparse, seed=17, n=40, m=5):
+    rng = np.random.default_rng(seed)
+    X = ill_conditioned(rng.standard_normal((n, d)), scales=np.geomspace(100.0, 0.1, d))
+    y = rng.integers(0, m, n)
+    if sparse == "float32":
+        X = X.astype(np.float32)
+    elif sparse:
+        X = sp.csr_matrix(X)
+    w = rng.uniform(0.5, 2.0, n)
+    prob = SDCAProblem(X, y, gram=False, n_classes=m, loss_id=get_method("svm_ova").loss_id,
+                       k=1, weights=w)  # fmt: skip
+    return prob, X, y, w
+
+
+@pytest.mark.parametrize("d", [3, 60])  # each class's d x d block; each class's Woodbury system
+@pytest.mark.parametrize("sparse", [False, True, "float32"])
+def test_separable_direction_is_the_dense_newton_step(d, sparse):
+    """SVM^OVA's Hessian is block diagonal by class; solving each block by Woodbury's identity
+    on its margin examples (d = 60 > their number) or from the formed d x d block (d = 3)
+    gives the Newton step of the whole formed Hessian, with sample weights, dense, CSR and
+    float32, on badly scaled columns, the Gram blocks formed per call or taken whole."""
+    prob, X, y, w = _ova_problem(d, sparse)
+    m, C, gamma = prob.m, 3.0, 0.5
+    W = topkbench.fit(X, y, "svm_ova", C=C, gamma=gamma, max_epochs=30, sample_weight=w,
+                      n_classes=m, warn=False, accelerate="never").W  # fmt: skip
+    deriv = derivatives_of(prob)
+    G = deriv.gradient(prob.scores(W), gamma)
+    assert 0 < np.count_nonzero(deriv.curvature(0, prob.n).diag) < prob.n * m
+    grad = W + C * np.asarray(prob.X.T @ (w[:, None] * G))
+    H = hessian(prob.X, deriv, C, m, prob.weights)
+    want = newton_step(H.copy(), grad.T.reshape(-1)).reshape(m, d).T
+    per_call, whole = GramRows(prob.X), GramRows(prob.X)
+    whole.spent = np.inf
+    for gram in (per_call, whole):
+        got = newton_steps.separable_direction(prob, deriv, C, grad, gram)
+        residual = H @ got.T.reshape(-1) + grad.T.reshape(-1)
+        assert np.linalg.norm(residual) <= 1e-8 * np.linalg.norm(grad)
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-6 * np.abs(want).max())
+    assert per_call.full is None and whole.full is not None
+
+
+def test_separable_direction_refuses_a_class_past_the_limit(monkeypatch):
+    """A class whose system (its margin examples, or d if fewer) passes the limit: None."""
+    prob, X, y, w = _ova_problem(60, False)
+    deriv = derivatives_of(prob)
+    W = np.random.default_rng(0).standard_normal((60, prob.m)) * 0.01
+    deriv.gradient(prob.scores(W), 10.0)  # every example inside its quadratic pieces
+    monkeypatch.setattr(plan, "WOODBURY_MAX_RANK", 10)
+    assert newton_steps.separable_direction(prob, deriv, 1.0, W, GramRows(prob.X)) is None
+
+
+def test_separable_steps_minimize_each_class_on_its_own():
+    """The per-class line search: each class with descent decreases its own objective, stops
+    at its own minimizer along its direction (to the slope tolerance, from below) or at the
+    full step, and a class without descent stays put."""
+    from topkbench.solvers.line_search import LINE_SEARCH_TOL, separable_steps
+
+    prob, X, y, w = _ova_problem(3, False, n=60)
+    m, C, gamma = prob.m, 50.0, 0.2
+    rng = np.random.default_rng(3)
+    W = rng.standard_normal((3, m)) * 0.05
+    D = rng.standard_normal((3, m)) * 0.5
+    deriv = derivatives_of(prob)
+    S, SD, Cs = prob.scores(W), prob.scores(D), prob.example_c(C)
+    G0 = deriv.gradient(S, gamma)
+    slope0 = np.einsum("jc,jc->c", W, D) + np.einsum("ic,ic->c", Cs[:, None] * G0, SD)
+    D *= -np.sign(slope0)  # every class descends along its direction ...
+    D[:, 0] *= -1.0  # ... but class 0, which must not move
+    SD = prob.scores(D)
+    slope0 = np.einsum("jc,jc->c", W, D) + np.einsum("ic,ic->c", Cs[:, None] * G0, SD)
+    assert slope0[0] > 0 and (slope0[1:] < 0).all()
+    t = separable_steps(deriv, W, S, D, SD, Cs, gamma, G0)
+
+    def phi(c, tc):
+        w_c = W[:, c] + tc * D[:, c]
+        return 0.5 * float(w_c @ w_c) + _ova_loss_c(S + tc * SD, y, c, gamma, Cs)
+
+    assert t[0] == 0.0
+    for c in range(1, m):
+        assert 0.0 < t[c] <= 1.0 and phi(c, t[c]) < phi(c, 0.0)
+        grid = np.linspace(0.0, 1.0, 2001)
+        best = min(phi(c, s) for s in grid)
+        # convex phi_c, stopped where |phi_c'| <= tol |phi_c'(0)| from below: within
+        # tol |phi_c'(0)| (1 - t_c) of the least value on [0, 1]
+        assert phi(c, t[c]) - best <= LINE_SEARCH_TOL * abs(slope0[c]) + 1e-12
+
+
+def _ova_loss_c(S, y, c, gamma, Cs):
+    """Class c's share of the weighted smoothed OVA hinge, ``sum_i C_i l_gamma(1 - yt s_ic)``."""
+    yt = np.where(y == c, 1.0, -1.0)
+    r = 1.0 - yt * S[:, c]
+    lv = np.where(r >= gamma, r - gamma / 2, np.where(r > 0, r * r / (2 * gamma), 0.0))
+    return float(Cs @ lv)
+
+
+def test_separable_cg_solves_each_class_to_its_own_tolerance():
+    """LR^OVA's Newton-CG runs one CG per class in lockstep, each stopped by its own forcing
+    term: every class's residual is at most CG_FORCING times its own gradient, a class whose
+    gradient is a millionth of the others' too (one CG over all classes stops on the sum and
+    leaves it unsolved), on badly scaled columns."""
+    rng = np.random.default_rng(5)
+    n, d, m = 50, 4, 5
+    X = ill_conditioned(rng.standard_normal((n, d)), scales=np.array([50.0, 3.0, 1.0, 0.1]))
+    y = rng.integers(0, m, n)
+    prob = SDCAProblem(X, y, gram=False, n_classes=m, loss_id=get_method("lr_ova").loss_id, k=1)
+    deriv = derivatives_of(prob)
+    C = 4.0
+    W = rng.standard_normal((d, m)) * 0.1
+    G = deriv.gradient(prob.scores(W), 0.0)
+    grad = W + C * np.asarray(X.T @ G)
+    grad[:, 2] *= 1e-6
+    H = hessian(X, deriv, C, m)
+    got = newton_steps.cg_direction(prob, deriv, C, grad)
+    residual = (H @ got.T.reshape(-1) + grad.T.reshape(-1)).reshape(m, d)
+    for c in range(m):
+        assert np.linalg.norm(residual[c]) <= newton_steps.CG_FORCING * np.linalg.norm(grad[:, c])
+
+
+def test_ova_hinge_takes_the_separable_route_at_any_size():
+    """SVM^OVA's Newton phase is the class-separable one whatever n, d and m (Caltech101
+    Silhouettes' 4,100 x 784 with m = 101 too, past the coupled Woodbury route's sizes)."""
+    from topkbench.solvers.plan import describe, plan
+
+    ova = get_method("svm_ova").loss_id
+    for d, m, n in ((16, 26, 10_500), (784, 101, 4100), (500, 983, 12_920)):
+        phases = plan("features", d, m, ova, 0.0, n=n)
+        assert [p.name for p in phases] == ["plain", "newton-separable", "accelerated", "plain"]
+    assert "predicted epochs" in describe(plan("features", 784, 101, ova, 0.0, n=4100))

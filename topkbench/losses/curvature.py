@@ -138,6 +138,9 @@ class LossDerivatives:
       (the hinges), the premise of the Woodbury steps.
     * ``bounded_curvature``: the curvature is bounded whatever the smoothing (the logistic
       losses), the premise of Newton-CG.
+    * ``class_separable``: the loss is a sum over classes of functions of one score each (the
+      one-vs-all losses), so its ``H_i`` are diagonal and ``hess F`` is block diagonal by
+      class: Newton's system splits into m systems of d unknowns, one per class.
     * ``smoothed_on_all_classes``: the loss's smoothing regularizes every class's dual
       coordinate (SVM^ML, SVM^OVA: TPAMI Props. 6 and 10; Kato's weighted hinge), not only
       the off-label ones (TPAMI Prop. 2).
@@ -153,6 +156,7 @@ class LossDerivatives:
     sparse_support = False
     support_curvature = False
     bounded_curvature = False
+    class_separable = False
     smoothed_on_all_classes = False
     fd_relative_to_gamma = True
     smoothness: float | None = None

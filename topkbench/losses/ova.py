@@ -287,6 +287,7 @@ class _OVADerivatives(StructuredDerivatives):
     """The one-vs-all losses' derivatives: diagonal Hessians, kept in :attr:`state`."""
 
     kernel_gradient = False
+    class_separable = True
     row_arrays = ("labels", "sign")
 
     def __init__(self, *args, **kwargs):

@@ -5,7 +5,8 @@ Armijo's test at the full step, else the exact minimizer along the Newton direct
 so a trial step costs no product with X; for the losses whose gradient is an exact
 projection one gradient evaluation gives both the slope and the loss there (Fenchel-Young),
 and the examples whose gradient is zero at both ends of the step are left out of the
-evaluations in between (:func:`line_search`).
+evaluations in between (:func:`line_search`).  A class-separable loss takes a step per class
+(:func:`separable_steps`).
 """
 
 from __future__ import annotations
@@ -32,12 +33,15 @@ def line_search(prob: SDCAProblem, deriv: LossDerivatives, W, S, D, SD, C: float
     minimizer along ``D`` (:func:`exact_step`), else halving until Armijo's test holds;
     None when the step falls below rounding (the caller hands the run on).  Returns ``(t,
     G_t)``, ``G_t`` the gradient at ``S + t SD`` when the search evaluated it there (the
-    next iteration's, up to the rounding of the scores), else None.
+    next iteration's, up to the rounding of the scores), else None.  For a class-separable
+    loss ``t`` is a step per class (:func:`separable_steps`).
 
     For the losses whose family has ``fenchel_young`` one gradient evaluation at a step gives
     both the slope and the loss there, and once the gradient at the full step is known, the
     examples whose gradient is zero at both ends are left out of every further evaluation:
     their zero set is convex, so they add nothing to F or its slope anywhere between."""
+    if deriv.class_separable:
+        return separable_steps(deriv, W, S, D, SD, prob.example_c(C), gamma, G0), None
     Cs = prob.example_c(C)
     # F(W + t D) - F(W) = t <W, D> + t^2/2 ||D||^2 + C (sum L_t - sum L_0): the quadratic
     # part exactly, so that the test is not lost in the rounding of F when C is large
@@ -152,3 +156,49 @@ def exact_step(slope_at, slope0: float) -> float | None:
                 f_lo *= 0.5
             side = 1
     return lo if lo > 0.0 else None
+
+
+def separable_steps(deriv: LossDerivatives, W, S, D, SD, Cs, gamma: float, G0):
+    """A step per class along ``D`` for a class-separable loss (the one-vs-all losses), or
+    None when no class can move.  ``F = sum_c F_c(w_c)`` splits by class, so each class's
+    ``phi_c(t) = F_c(w_c + t d_c)`` is minimized on its own: a class whose Newton step is
+    full while another's needs damping is not held back by it.  ``phi_c`` is convex with
+    ``phi_c'(t) = t ||d_c||^2 + <w_c, d_c> + sum_i C_i G_ic(t) (X D)_ic``, and one gradient
+    evaluation at the scores ``S + SD diag(t)`` gives every class's slope, so the steps are
+    found together: ``t_c = 1`` where ``phi_c'(1) <= 0``, else the Illinois regula falsi of
+    :func:`exact_step` on each class's slope, run in lockstep, keeping the largest ``t_c``
+    seen with ``phi_c'(t_c) <= 0`` (F_c decreases all the way there, so no test of values is
+    needed) once ``|phi_c'| <= LINE_SEARCH_TOL |phi_c'(0)|`` there or its bracket is spent;
+    a class without descent (``phi_c'(0) >= 0``: no step or rounding) stays put."""
+    wd = np.einsum("jc,jc->c", W, D)
+    dd = np.einsum("jc,jc->c", D, D)
+    CSD = Cs[:, None] * SD
+
+    def slopes(t):
+        return t * dd + wd + np.einsum("ic,ic->c", deriv.gradient(S + SD * t, gamma), CSD)
+
+    f_lo = wd + np.einsum("ic,ic->c", G0, CSD)
+    descent = f_lo < 0.0
+    lo = np.zeros_like(wd)
+    hi = np.ones_like(wd)
+    f_hi = slopes(hi)
+    done = ~descent | (f_hi <= 0.0)
+    lo[descent & (f_hi <= 0.0)] = 1.0
+    tol = LINE_SEARCH_TOL * np.abs(f_lo)
+    side = np.zeros(wd.shape, dtype=np.int8)
+    for _ in range(LINE_SEARCH_ITERATIONS):
+        if done.all():
+            break
+        t = hi - f_hi * (hi - lo) / np.where(done, 1.0, f_hi - f_lo)
+        t = np.where((lo < t) & (t < hi), t, 0.5 * (lo + hi))
+        t = np.where(done, lo, t)
+        f = slopes(t)
+        below = ~done & (f <= 0.0)
+        above = ~done & (f > 0.0)
+        lo, f_lo = np.where(below, t, lo), np.where(below, f, f_lo)
+        hi, f_hi = np.where(above, t, hi), np.where(above, f, f_hi)
+        f_hi = np.where(below & (side == -1), 0.5 * f_hi, f_hi)
+        f_lo = np.where(above & (side == 1), 0.5 * f_lo, f_lo)
+        side = np.where(below, -1, np.where(above, 1, side)).astype(np.int8)
+        done = done | (below & (np.abs(f) <= tol))
+    return lo if (lo > 0.0).any() else None

@@ -1,7 +1,7 @@
 """Newton's method in the primal for every SDCA loss, certified by the dual its gradient
 defines (DESIGN §5): the driver.  Its parts live beside it: the route and its cost model in
 :mod:`topkbench.solvers.plan`, the Hessian and the step directions (dense Cholesky,
-Newton-CG, Woodbury) in :mod:`topkbench.solvers.newton_steps`, the line search in
+Newton-CG, Woodbury, per class) in :mod:`topkbench.solvers.newton_steps`, the line search in
 :mod:`topkbench.solvers.line_search`, and each loss's gradient and Hessians in its family's
 module (:mod:`topkbench.losses.curvature`).
 
@@ -217,8 +217,9 @@ class _NewtonPhase:
             flat = grad.T.reshape(-1)
             step = steps.newton_step(steps.hessian(prob.X, deriv, C, m, prob.weights), flat)
             return None if step is None else np.ascontiguousarray(step.reshape(m, -1).T)
-        if self.route == "woodbury":
-            D = steps.woodbury_direction(prob, deriv, C, grad, self.gram)
+        if self.route in ("woodbury", "separable"):
+            solve = {"woodbury": steps.woodbury_direction, "separable": steps.separable_direction}
+            D = solve[self.route](prob, deriv, C, grad, self.gram)
             self.refused = D is None and self.info["newton_iterations"] == 0
             return D
         if self.route != "dense":
@@ -239,7 +240,7 @@ class _NewtonPhase:
         if G_next is not None and not deriv.adopt_gradient(S_stage + t * SD, self.stage_gamma,
                                                            G_next):  # fmt: skip
             G_next = None
-        self.full_step = t == 1.0
+        self.full_step = bool(np.all(t == 1.0))
         self.W = self.W + t * D
         self.S = prob.scores(self.W)  # the certificate needs P of W itself, not summed scores
         self.info["newton_iterations"] += 1

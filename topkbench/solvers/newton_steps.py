@@ -21,17 +21,26 @@ In the kernels' scale (``P / lambda``, ``C = 1/(lambda n)``)::
   identity, Z holding one column ``u (x) x_i`` per example and eigenvector of its
   curvature: a hinge's ``H_i`` vanish off the margin and have few directions on it, so the
   system has far fewer than ``d m`` rows where ``d m`` is large.
+* **Separable** (:func:`separable_direction`): a class-separable hinge's Hessian is block
+  diagonal by class, each block solved on its own (Woodbury's identity on the class's margin
+  examples, or the formed d x d block); Newton-CG likewise runs one CG per class for a
+  class-separable logistic loss.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
+from scipy.linalg.blas import dsyrk
 from scipy.linalg.lapack import dpotrf, dpotrs
 
 from topkbench.losses.curvature import LossDerivatives
 from topkbench.solvers import plan
-from topkbench.solvers.hessian_kernels import assemble_support_hessian, woodbury_system
+from topkbench.solvers.hessian_kernels import (
+    assemble_support_hessian,
+    separable_system,
+    woodbury_system,
+)
 from topkbench.solvers.problem import SDCAProblem, features_t_dot
 
 # eigenvalues of the support blocks below this fraction of the largest are left out of Z
@@ -46,6 +55,8 @@ PAIRWISE_SLOWDOWN = 1.5
 # its budget of Hessian-vector products per Newton iteration
 CG_FORCING = 0.1
 CG_MAX_ITERATIONS = 500
+# the whole Gram matrix X X^T is kept for a phase's Woodbury steps only up to this size
+GRAM_MAX_BYTES = 1 << 29
 # how much dearer per flop a product per class pair runs (d x d outputs) than one product
 # over all pairs (:func:`_add_vech_blocks`), for dense per-example Hessians
 DENSE_PAIR_SLOWDOWN = 3.0
@@ -193,25 +204,36 @@ def cg_direction(prob: SDCAProblem, deriv: LossDerivatives, C: float, grad):
     def hess_vec(V):
         return V + features_t_dot(X, rc * deriv.hess_apply(prob.scores(V), curv))
 
+    # a class-separable loss's H is block diagonal by class: its m systems run in lockstep,
+    # each with its own step sizes and stopping test (one CG over all of them would search
+    # the union of their spectra); otherwise one system, reduced over everything
+    axis = 0 if deriv.class_separable else None
+
+    def dot(U, V):
+        return np.einsum("jc,jc->c", U, V) if axis == 0 else float(np.vdot(U, V))
+
     D = np.zeros_like(grad)
     r = -grad
     z = r / precond
     p = z.copy()
-    rz = float(np.vdot(r, z))
-    stop = CG_FORCING * float(np.linalg.norm(grad))
+    rz = dot(r, z)
+    stop = CG_FORCING * np.sqrt(dot(grad, grad))
+    live = np.ones(grad.shape[1], dtype=bool) if axis == 0 else True
     for _ in range(CG_MAX_ITERATIONS):
         Hp = hess_vec(p)
-        pHp = float(np.vdot(p, Hp))
-        if not pHp > 0.0:
+        pHp = dot(p, Hp)
+        live = live & (pHp > 0.0)
+        if not np.any(live):
             break
-        alpha = rz / pHp
+        alpha = np.where(live, rz / np.where(live, pHp, 1.0), 0.0)
         D += alpha * p
         r -= alpha * Hp
-        if float(np.linalg.norm(r)) <= stop:
+        live = live & (np.sqrt(dot(r, r)) > stop)
+        if not np.any(live):
             break
         z = r / precond
-        rz_next = float(np.vdot(r, z))
-        p = z + (rz_next / rz) * p
+        rz_next = dot(r, z)
+        p = np.where(live, z + (rz_next / np.where(live, rz, 1.0)) * p, 0.0)
         rz = rz_next
     return D
 
@@ -219,7 +241,7 @@ def cg_direction(prob: SDCAProblem, deriv: LossDerivatives, C: float, grad):
 class GramRows:
     """Gram blocks ``X_a X_a^T`` of the rows ``a`` with curvature, for the Woodbury steps:
     formed per call until their cost reaches that of the whole ``X X^T`` (rent or buy), which
-    is then kept for the rest of the phase."""
+    is then kept for the rest of the phase if it takes at most :data:`GRAM_MAX_BYTES`."""
 
     def __init__(self, X):
         self.X = X
@@ -237,13 +259,21 @@ class GramRows:
         """A Gram matrix and indices into it for the system's rows: ``X_rows X_rows^T`` (for
         ``X_rows = X[rows]``) with ``pos``, or the whole ``X X^T`` with ``owner`` (the
         example of each row, ``rows[pos]``)."""
-        n = self.X.shape[0]
         if self.full is None:
             self.spent += float(rows.size) ** 2
-            if self.spent < float(n) ** 2:
+            if not self.buy_if(0.0):
                 return self._gram(X_rows), pos
-            self.full = self._gram(self.X)
         return self.full, owner
+
+    def buy_if(self, more: float) -> bool:
+        """Whether the whole ``X X^T`` is kept, forming it now if the blocks' sizes spent so
+        far plus ``more`` (in squared rows) reach ``n^2`` and it takes at most
+        :data:`GRAM_MAX_BYTES`."""
+        n = self.X.shape[0]
+        affordable = 8.0 * n * n <= GRAM_MAX_BYTES
+        if self.full is None and affordable and self.spent + more >= float(n) ** 2:
+            self.full = self._gram(self.X)
+        return self.full is not None
 
 
 def woodbury_direction(prob: SDCAProblem, deriv: LossDerivatives, C: float, grad,
@@ -309,6 +339,65 @@ def woodbury_direction(prob: SDCAProblem, deriv: LossDerivatives, C: float, grad
     V = np.zeros((active.size, m))
     np.add.at(V, pos, z[:, None] * R)
     return -grad - C * np.asarray(features_t_dot(Xa, V))
+
+
+def separable_direction(prob: SDCAProblem, deriv: LossDerivatives, C: float, grad,
+                        gram: GramRows):  # fmt: skip
+    """``-hess F^{-1} grad`` for a class-separable hinge (SVM^OVA: ``H_i`` diagonal), class
+    by class.  ``hess F`` is block diagonal, class c's block ``I + C X^T diag(h_c) X`` with
+    ``h_ic = w_i (H_i)_cc``, nonzero only on the r_c examples at c's margin; each block is
+    solved by Woodbury's identity on those examples,
+
+        D_c = -g_c + C X_c^T diag(u) (I + C diag(u) K_c diag(u))^{-1} diag(u) X_c g_c,
+
+    ``u = sqrt(h_c)``, ``X_c`` their rows and ``K_c = X_c X_c^T`` (a block of the Gram
+    matrix, :class:`GramRows`), in ``r_c^3 / 3`` flops once the Gram matrix is kept (else
+    ``r_c^2 d`` more), or by the d x d block formed from them where that costs less
+    (``r_c d^2 + d^3 / 3``).  ``X_c g_c`` and the ``X_c^T`` products of all classes are two
+    products with X.  Where one coupled system over every class would have ``sum_c r_c``
+    rows (tens of thousands where every example is at some class's margin), the largest here
+    has ``min(r_c, d)``.  None when one would have more than
+    :data:`~topkbench.solvers.plan.WOODBURY_MAX_RANK` rows or fails to factor."""
+    h = deriv.curvature(0, prob.n).diag
+    if prob.weights is not None:
+        h = h * prob.weights[:, None]
+    X, d = prob.X, prob.X.shape[1]
+    counts = np.count_nonzero(h, axis=0)
+    if int(np.minimum(counts, d).max(initial=0)) > plan.WOODBURY_MAX_RANK:
+        return None
+    XG = prob.scores(grad)
+    V = np.zeros_like(XG)  # C diag(u) z of each class, on its rows
+    D = -grad
+    few = counts[counts < d].astype(float)  # the classes whose systems are their examples'
+    gram.buy_if(float((few * few).sum()))
+    for c in np.flatnonzero(counts):
+        rows = np.flatnonzero(h[:, c])
+        r = rows.size
+        u = np.sqrt(h[rows, c])
+        gram_flops = 0.0 if gram.full is not None else r * r * d
+        if gram_flops + r**3 / 3.0 <= r * d * d + d**3 / 3.0:
+            # the whole Gram matrix once kept: no gather of the rows
+            K, idx = (
+                (gram.full, rows)
+                if gram.full is not None
+                else gram.block(rows, X[rows], np.arange(r), rows)
+            )
+            M = np.empty((r, r))
+            separable_system(K, idx, u, C, M)
+            z = newton_step(M, u * XG[rows, c])
+            if z is None:
+                return None
+            V[rows, c] = C * u * z
+        else:
+            Xu = _dense_rows(X[rows], 0, r) * u[:, None]
+            H = dsyrk(C, Xu.T)  # the upper triangle of C Xu^T Xu (Xu.T: no copy)
+            H = np.triu(H) + np.triu(H, 1).T
+            H[np.diag_indices_from(H)] += 1.0
+            step = newton_step(H, grad[:, c])
+            if step is None:
+                return None
+            D[:, c] = step
+    return D - features_t_dot(X, V)
 
 
 def newton_step(H, grad):

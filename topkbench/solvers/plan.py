@@ -19,7 +19,10 @@ formed in about ``n m^2 d^2`` flops, which for ``d m`` up to :data:`NEWTON_MAX_D
 factorization.  Above that the logistic losses, whose curvature is bounded, take Newton-CG
 steps, and the hinges, whose ``H_i`` vanish off the margin and have few directions on it,
 solve a Woodbury system over their examples' curvature, which has far fewer than ``d m``
-rows where ``d m`` is large (scene: 294 x 6).  The loss family says which applies
+rows where ``d m`` is large (scene: 294 x 6).  A class-separable hinge (SVM^OVA) has a Hessian
+that is block diagonal by class, so its steps solve one small system per class, on the
+examples at that class's margin, whatever n, d and m (Caltech101 Silhouettes: 4,100 x 784,
+m = 101), and each class takes its own step length.  The loss family says which applies
 (:class:`~topkbench.losses.curvature.LossDerivatives`); the rules here never name a loss.
 """
 
@@ -89,20 +92,29 @@ class Phase:
         return f"{self.name} ({self.starts})"
 
 
-SECOND_ORDER = {"dense": "newton", "cg": "newton-cg", "woodbury": "newton-woodbury"}
+SECOND_ORDER = {
+    "dense": "newton",
+    "cg": "newton-cg",
+    "woodbury": "newton-woodbury",
+    "separable": "newton-separable",
+}
 
 
 def newton_route(kind: str, n: int | None, d: int, m: int, loss_id: int) -> str | None:
     """How Newton's steps are solved on a problem of ``n`` examples (None: unknown) of this
-    shape: ``"dense"`` (features with ``d m <= NEWTON_MAX_DIM``: the Hessian is formed and
-    factored), ``"cg"`` (a loss of bounded curvature above that: Hessian-vector products),
-    ``"woodbury"`` (a hinge above it, at most :data:`WOODBURY_MAX_ROWS` examples: the
-    examples' curvature), or None (a Gram matrix, or none of these)."""
+    shape: ``"separable"`` (a class-separable hinge, SVM^OVA: one system per class, on the
+    examples at its margin), ``"dense"`` (features with ``d m <= NEWTON_MAX_DIM``: the Hessian
+    is formed and factored), ``"cg"`` (a loss of bounded curvature above that: Hessian-vector
+    products), ``"woodbury"`` (a hinge above it, at most :data:`WOODBURY_MAX_ROWS` examples:
+    the examples' curvature), or None (a Gram matrix, or none of these)."""
     if kind == "gram":
         return None
+    family = derivatives_family(loss_id)
+    if family.class_separable and family.support_curvature:
+        return "separable"
     if d * m <= NEWTON_MAX_DIM:
         return "dense"
-    if derivatives_family(loss_id).bounded_curvature:
+    if family.bounded_curvature:
         return "cg"
     return "woodbury" if woodbury_applies(kind, n, loss_id) else None
 
@@ -128,7 +140,8 @@ def newton_cost_epochs(prob: SDCAProblem, smooth: bool = False) -> float:
     system of ``r`` rows (``n nnz(X) + r^3 / 3``), ``r`` taken as ``n`` for a continuation
     (about one curvature direction per example at the margin) and ``2 n`` for a smooth hinge
     (most examples inside their quadratic pieces, several directions each; infinite when that
-    passes :data:`WOODBURY_MAX_RANK`, which the route would refuse), against an
+    passes :data:`WOODBURY_MAX_RANK`, which the route would refuse), or on the separable route
+    m systems of ``r / m`` rows (or d, if fewer) and the products with X, against an
     epoch's ``4 nnz(X) m``; the factor
     :data:`BLAS3_SPEEDUP` is how much faster per flop the dense products run than the epoch
     kernels on these small problems.  Deterministic: a function of the shapes only."""
@@ -137,7 +150,14 @@ def newton_cost_epochs(prob: SDCAProblem, smooth: bool = False) -> float:
     nnz = prob.X.nnz if sp.issparse(prob.X) else prob.n * d
     if nnz == 0:
         return math.inf  # no feature: plain SDCA's first epoch is the optimum (W = 0)
-    if route_of(prob) == "woodbury":
+    route = route_of(prob)
+    if route == "separable":
+        r = float(prob.n) * (2.0 if smooth else 1.0) / prob.m  # per class
+        solve = min(r * r * d + r**3 / 3.0, r * d * d + d**3 / 3.0)
+        # the per-class solves are so small that the products with X (the step's scores and
+        # the gradient) count too
+        iteration = prob.m * solve + 4.0 * float(nnz) * prob.m
+    elif route == "woodbury":
         r = float(prob.n) * (2.0 if smooth else 1.0)
         if r > WOODBURY_MAX_RANK:
             return math.inf  # a system the route would refuse: no hand-over to it
@@ -164,11 +184,12 @@ def _second_order_of(prob: SDCAProblem) -> str | None:
 
 def _predicted_rule(second: str | None, eps: float) -> bool:
     """Whether a well-conditioned run is watched for the predicted-epochs rule of
-    :func:`hand_over`: dense Newton or Woodbury steps, and eps within a continuation's reach
+    :func:`hand_over`: dense Newton, Woodbury or separable steps, and eps within a
+    continuation's reach
     (:data:`PREDICTED_MIN_EPS`).  The continuation's stages keep gamma at 0.1 or above while
     they pay (:data:`~topkbench.solvers.newton.PROX_MIN_GAMMA`), where even the differenced
     Hessians of Kato's weighted hinge (the one loss without written ones) are accurate."""
-    return second in ("newton", "newton-woodbury") and eps >= PREDICTED_MIN_EPS
+    return second in ("newton", "newton-woodbury", "newton-separable") and eps >= PREDICTED_MIN_EPS
 
 
 def _smooth(loss_id: int, gamma: float) -> bool:
