@@ -4,12 +4,20 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 N_JOBS ?= 2
 
-.PHONY: install install-browser test test-full test-boundscheck lint reproduce-table3 reproduce-table5 smoke-table5 reproduce-table7 smoke-table7 reproduce-table10 reproduce-table11 reproduce-table12 smoke-table11 bench bench-table5 bench-bipartite bench-projections bench-kato bench-peers bench-scale clean-cache check-install
+.PHONY: install install-browser install-torch test test-full test-boundscheck lint reproduce-table3 reproduce-table5 smoke-table5 reproduce-table7 smoke-table7 reproduce-table10 reproduce-table11 reproduce-table12 smoke-table11 bench bench-table5 bench-bipartite bench-projections bench-kato bench-peers bench-scale clean-cache check-install
 
 install:
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
 	$(BIN)/python -m pip install -e ".[test]"
+
+# the optional extra topkbench[torch] (topkbench.torch, Table 6): TORCH_SPEC first, so that the
+# extra's range finds it installed (torch 2.13.0 has a CPU build on this machine's disk; a bare
+# `pip install torch` takes a CUDA build of several GB)
+TORCH_SPEC ?= torch==2.13.0
+install-torch:
+	$(BIN)/python -m pip install "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -e ".[test,torch]"
 
 # Debian's Chromium for the HTML report's browser test (tests/test_html_report.py)
 install-browser:

@@ -1,0 +1,300 @@
+"""The registry's losses under autograd: value and exact (sub)gradient per example, batched.
+
+Every loss is the per-example ``L(y, s)`` of DESIGN §2-3, the scale the numba kernels use
+(:mod:`topkbench.losses.dispatch`), on scores ``s`` (B x m).  A loss and its gradient are
+computed together in torch operations, without a loop over examples, and handed to autograd
+as one function whose backward multiplies the stored gradient (:class:`_ExactLoss`):
+
+* the smoothed hinges (gamma > 0, TPAMI Prop. 2) are ``L = max_{p in set} <z, p> - gamma/2
+  ||p||^2`` on the off-label margins ``z = 1 + s^{\\y} - s_y`` (SVM^Multi: the unit simplex;
+  top-k SVM^alpha: D_k; its pseudo form: Delta_k^alpha; top-k SVM^beta: Delta_k^beta), so
+  ``p`` is the
+  projection of ``z`` onto the set of radius gamma divided by gamma
+  (:mod:`topkbench.torch.projections`), the gradient is ``p`` on the margins and ``-<1, p>``
+  at the label, and the value is written in the projection's thresholds (``p = clip(z - t, 0,
+  c)``: ``<z, p> - ||p||^2 / 2 = ||p||^2 / 2 + t <1, p> + c sum_j (z_j - t - c)_+``, exact
+  for tiny gamma, as :func:`topkbench.losses.topk_hinge._hinge_loss` writes it);
+* at gamma = 0 the value is the loss's closed form and the gradient the limit of the smoothed
+  ones as gamma -> 0: the least-norm maximizer of ``<z, p>`` over the set (ties share the
+  mass evenly);
+* SVM^OVA_gamma, LR^OVA, LR^Multi, LR^ML and top-k Ent_tr have closed forms.
+
+Values and gradients are computed in float64 and returned in the scores' dtype.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from topkbench.losses.registry import get_method
+from topkbench.torch import projections as proj
+
+REDUCTIONS = ("mean", "sum", "none")
+
+
+class _ExactLoss(torch.autograd.Function):
+    """Per-example losses whose gradient in the scores was computed with them: backward
+    scales it by the incoming gradient (first derivatives only)."""
+
+    @staticmethod
+    def forward(ctx, scores, values, grad):
+        ctx.save_for_backward(grad)
+        return values
+
+    @staticmethod
+    def backward(ctx, upstream):
+        (grad,) = ctx.saved_tensors
+        return upstream[:, None] * grad, None, None
+
+
+def _margins(s, y):
+    """``z = 1 + s_j - s_y`` on every class, and the mask of the off-label ones."""
+    off = torch.ones_like(s, dtype=torch.bool)
+    off[torch.arange(s.shape[0], device=s.device), y] = False
+    sy = s.gather(1, y[:, None])
+    return 1.0 + s - sy, off
+
+
+def _off_label(z, off):
+    """The m - 1 off-label entries of each row (order kept)."""
+    return z[off].view(z.shape[0], z.shape[1] - 1)
+
+
+def _on_scores(p, off, y):
+    """The gradient in the scores of a function of the off-label margins with gradient ``p``
+    there: ``p`` on the off-label classes, ``-<1, p>`` at the label."""
+    G = torch.zeros(off.shape, dtype=p.dtype, device=p.device)
+    G[off] = p.reshape(-1)
+    G[torch.arange(off.shape[0], device=p.device), y] = -p.sum(dim=1)
+    return G
+
+
+def _smoothed(z, t, c, gamma):
+    """Value and gradient ``p / gamma`` of ``max_{p in set(gamma)} (<z, p> - ||p||^2 / 2) /
+    gamma`` from the projection's thresholds ``p = clip(z - t, 0, c)`` (rows)."""
+    t, c = t[:, None], c[:, None]
+    p = torch.minimum((z - t).clamp_min(0.0), c)
+    over = torch.where(torch.isfinite(c), (z - t - c).clamp_min(0.0), 0.0)
+    capped = torch.where(torch.isfinite(c[:, 0]), c[:, 0] * over.sum(dim=1), 0.0)
+    value = (0.5 * (p * p).sum(dim=1) + t[:, 0] * p.sum(dim=1) + capped) / gamma
+    return value, p / gamma
+
+
+def _hinge(name, s, y, k, gamma):
+    """SVM^Multi and the top-k hinges (pseudo alpha, beta): module docstring."""
+    zfull, off = _margins(s, y)
+    z = _off_label(zfull, off)
+    if gamma > 0.0:
+        if name == "svm_multi":
+            t, c = proj.capped_simplex(z, math.inf, gamma)
+        elif name == "topk_svm_beta":
+            t, c = proj.capped_simplex(z, gamma / k, gamma)
+        elif name == "topk_svm_alpha":
+            t, c = proj.dk_set(z, k, gamma)
+        else:
+            t, c = proj.topk_simplex(z, k, gamma)
+        value, p = _smoothed(z, t, c, gamma)
+        return value, _on_scores(p, off, y)
+    top, _ = torch.topk(z, min(k, z.shape[1]), dim=1)
+    T_k = top.sum(dim=1)
+    if name == "svm_multi":
+        value = top[:, 0].clamp_min(0.0)
+        p = proj.least_norm_top(z, 1, 1.0, positive_only=True)
+    elif name == "topk_svm_beta":
+        value = top.clamp_min(0.0).sum(dim=1) / k
+        p = proj.least_norm_top(z, k, 1.0 / k, positive_only=True)
+    elif name == "topk_svm_alpha":
+        # (1/k) max{0, T_{k-1}, T_k}: the k largest where z_[k] > 0, else the k - 1 largest
+        # (every sign) where T_{k-1} > 0, else nothing
+        T_k1 = T_k - top[:, -1]
+        value = torch.maximum(T_k, T_k1).clamp_min(0.0) / k
+        full = proj.least_norm_top(z, k, 1.0 / k, positive_only=True)
+        head = proj.least_norm_top(z, k - 1, 1.0 / k, positive_only=False) if k > 1 else 0 * z
+        p = torch.where((top[:, -1] > 0)[:, None], full,
+                        torch.where((T_k1 > 0)[:, None], head, 0.0))  # fmt: skip
+    else:
+        value = T_k.clamp_min(0.0) / k
+        p = proj.least_norm_top(z, k, 1.0 / k, positive_only=False)
+        p = torch.where((T_k > 0)[:, None], p, 0.0)
+    return value, _on_scores(p, off, y)
+
+
+def _svm_ova(s, y, gamma):
+    """``sum_c l_gamma(1 - yt_c s_c)``, ``l_0(r) = r_+``, ``l_gamma`` its Huber smoothing."""
+    sign = -torch.ones_like(s)
+    sign[torch.arange(s.shape[0], device=s.device), y] = 1.0
+    r = 1.0 - sign * s
+    if gamma == 0.0:
+        return r.clamp_min(0.0).sum(dim=1), -sign * (r > 0).to(s.dtype)
+    quad = r * r / (2.0 * gamma)
+    lin = r - 0.5 * gamma
+    value = torch.where(r >= gamma, lin, torch.where(r > 0, quad, 0.0)).sum(dim=1)
+    return value, -sign * (r / gamma).clamp(0.0, 1.0)
+
+
+def _lr_ova(s, y):
+    """``sum_c log(1 + exp(-yt_c s_c))``."""
+    sign = -torch.ones_like(s)
+    sign[torch.arange(s.shape[0], device=s.device), y] = 1.0
+    u = -sign * s
+    return torch.nn.functional.softplus(u).sum(dim=1), -sign * torch.sigmoid(u)
+
+
+def _lr_multi(s, y):
+    """``log sum_j exp(s_j) - s_y``."""
+    lse = torch.logsumexp(s, dim=1)
+    G = torch.softmax(s, dim=1)
+    G[torch.arange(s.shape[0], device=s.device), y] -= 1.0
+    return lse - s.gather(1, y[:, None])[:, 0], G
+
+
+def _topk_ent_tr(s, y, k):
+    """``log(1 + sum_{j in J} exp(s_j - s_y))``, J the off-label classes but the k - 1
+    largest (ties: the lower class index counts as larger, as in
+    :func:`topkbench.solvers.ent_tr.ent_tr_loss_and_grad`); ``mu = max(0, max_J a_j)``
+    keeps the exponentials in range."""
+    B, m = s.shape
+    rows = torch.arange(B, device=s.device)
+    a = s - s.gather(1, y[:, None])
+    a[rows, y] = -math.inf
+    if k > 1:
+        _, order = torch.sort(a, dim=1, descending=True, stable=True)
+        a = a.scatter(1, order[:, : k - 1], -math.inf)
+    mu = a.amax(dim=1).clamp_min(0.0)
+    ex = torch.exp(a - mu[:, None])
+    Z = torch.exp(-mu) + ex.sum(dim=1)
+    G = ex / Z[:, None]
+    G[rows, y] = -G.sum(dim=1)
+    return mu + torch.log(Z), G
+
+
+def _lr_ml(s, Y):
+    """``log sum_j exp(s_j) - (1/|Y|) sum_Y s_y``; 0 (with gradient 0) where Y is empty or
+    holds every class, as in the kernels (no ranking constraint)."""
+    count = Y.sum(dim=1)
+    ranks = (count > 0) & (count < s.shape[1])
+    share = Y / count.clamp_min(1)[:, None]
+    value = torch.logsumexp(s, dim=1) - (share * s).sum(dim=1)
+    G = torch.softmax(s, dim=1) - share
+    return torch.where(ranks, value, 0.0), torch.where(ranks[:, None], G, 0.0)
+
+
+MULTICLASS = ("svm_ova", "lr_ova", "svm_multi", "lr_multi", "topk_svm_alpha",
+              "topk_svm_alpha_pseudo", "topk_svm_beta", "topk_ent_tr")  # fmt: skip
+MULTILABEL = ("lr_ml",)
+AVAILABLE = MULTICLASS + MULTILABEL
+
+
+def _check(method: str, scores, target, k, gamma, reduction):
+    """Validate the arguments (each refusal names the valid range); returns the registry
+    name, the scores and the target as the losses take them."""
+    spec = get_method(method)
+    name = spec.name
+    if name not in AVAILABLE:
+        raise NotImplementedError(
+            f"method {name!r} has no PyTorch implementation yet; available: {', '.join(AVAILABLE)}"
+        )
+    if not isinstance(scores, torch.Tensor) or scores.dim() != 2:
+        raise ValueError(f"scores must be a 2-D tensor (batch x classes), got "
+                         f"{getattr(scores, 'shape', type(scores).__name__)}")  # fmt: skip
+    if not scores.is_floating_point():
+        raise ValueError(f"scores must be a floating-point tensor, got {scores.dtype}")
+    B, m = scores.shape
+    if m < 2:
+        raise ValueError(f"scores need at least 2 classes (columns), got {m}")
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"reduction must be one of {', '.join(REDUCTIONS)}, got {reduction!r}")
+    if isinstance(k, bool) or not isinstance(k, int):
+        raise ValueError(f"k must be an integer in [1, {m - 1}], got {k!r}")
+    if "k" in spec.params:
+        if not 1 <= k <= m - 1:
+            raise ValueError(f"k must be in [1, {m - 1}] for m = {m} classes, got {k}")
+    elif k != 1:
+        raise ValueError(f"method {name!r} takes no k (leave k=1), got k={k}")
+    gamma = float(gamma)
+    if not math.isfinite(gamma) or gamma < 0.0:
+        raise ValueError(f"gamma must be a finite number >= 0, got {gamma!r}")
+    if gamma > 0.0 and "gamma" not in spec.params:
+        raise ValueError(f"method {name!r} has no smoothing (leave gamma=0), got gamma={gamma}")
+    if not isinstance(target, torch.Tensor):
+        raise ValueError(f"target must be a tensor, got {type(target).__name__}")
+    if target.device != scores.device:
+        raise ValueError(f"target is on {target.device}, scores on {scores.device}")
+    if spec.task == "multilabel":
+        if target.shape != (B, m):
+            raise ValueError(f"target must be a 0/1 matrix of shape {(B, m)} for a multilabel "
+                             f"loss, got {tuple(target.shape)}")  # fmt: skip
+        if not bool(((target == 0) | (target == 1)).all()):
+            raise ValueError("target of a multilabel loss must hold only 0 and 1")
+        target = target.to(scores.dtype)
+    else:
+        if target.shape != (B,):
+            raise ValueError(f"target must hold one class index per row, shape {(B,)}, got "
+                             f"{tuple(target.shape)}")  # fmt: skip
+        if target.is_floating_point() or target.dtype == torch.bool or target.is_complex():
+            raise ValueError(f"target must be an integer tensor of class indices, got "
+                             f"{target.dtype}")  # fmt: skip
+        if B and not bool(((target >= 0) & (target < m)).all()):
+            bad = target[(target < 0) | (target >= m)][0].item()
+            raise ValueError(f"target holds class {bad}, outside [0, {m}) for m = {m} classes")
+        target = target.long()
+    if B and not bool(torch.isfinite(scores).all()):
+        raise ValueError("scores hold NaN or infinite entries")
+    return name, target, k, gamma
+
+
+def _values_and_gradient(name, s, target, k, gamma):
+    if name == "svm_ova":
+        return _svm_ova(s, target, gamma)
+    if name == "lr_ova":
+        return _lr_ova(s, target)
+    if name == "lr_multi":
+        return _lr_multi(s, target)
+    if name == "topk_ent_tr":
+        return _topk_ent_tr(s, target, k)
+    if name == "lr_ml":
+        return _lr_ml(s, target)
+    return _hinge(name, s, target, k, gamma)
+
+
+def loss(method: str, scores, target, k: int = 1, gamma: float = 0.0, reduction: str = "mean"):
+    """The loss ``method`` (a registry name or alias, ``topkbench methods``) of ``scores`` (B x
+    m) against ``target`` (B class indices, or a B x m 0/1 matrix for a multilabel loss),
+    per example in DESIGN's scale, reduced by ``"mean"`` (default), ``"sum"`` or ``"none"``.
+    Differentiable in ``scores`` (first derivatives), on any device and floating dtype."""
+    name, target, k, gamma = _check(method, scores, target, k, gamma, reduction)
+    with torch.no_grad():
+        # in float64 whatever the scores' precision: a smoothed hinge's gradient is
+        # clip(z - t, 0, c) / gamma, which float32 loses once gamma nears ulp(z)
+        s = scores.detach().to(torch.float64)
+        if target.is_floating_point():
+            target = target.to(torch.float64)
+        values, grad = _values_and_gradient(name, s, target, k, gamma)
+    values = _ExactLoss.apply(scores, values.to(scores.dtype), grad.to(scores.dtype))
+    if reduction == "mean":
+        return values.mean()
+    if reduction == "sum":
+        return values.sum()
+    return values
+
+
+class TopKLoss(torch.nn.Module):
+    """:func:`loss` as a module: ``TopKLoss("topk_svm_alpha_pseudo", k=5, gamma=1.0)(scores,
+    target)``; the arguments are checked when called (k against the scores' classes)."""
+
+    def __init__(self, method: str, k: int = 1, gamma: float = 0.0, reduction: str = "mean"):
+        super().__init__()
+        get_method(method)  # an unknown name fails here, listing the valid ones
+        self.method, self.k, self.gamma, self.reduction = method, k, gamma, reduction
+
+    def forward(self, scores, target):
+        return loss(self.method, scores, target, self.k, self.gamma, self.reduction)
+
+    def extra_repr(self) -> str:
+        return (f"method={self.method!r}, k={self.k}, gamma={self.gamma}, "
+                f"reduction={self.reduction!r}")  # fmt: skip
+
+
+__all__ = ["AVAILABLE", "TopKLoss", "loss"]

@@ -1,0 +1,189 @@
+"""Batched Euclidean projections onto the conjugate domains of the top-k hinges, in torch
+operations (sorting, cumulative sums, searches), for :mod:`topkbench.torch.losses`.
+
+Each function takes ``z`` (B x n, rows independent) and returns the thresholds ``(t, c)`` of
+the projection ``p = clip(z - t, 0, c)`` row by row (``c`` may be ``inf``), as the numba
+kernels of :mod:`topkbench.prox.topk` do (NIPS 001 §4, their derivations in that module):
+
+* :func:`capped_simplex`: ``{0 <= p <= cap, <1, p> <= r}`` (the unit simplex of SVM^Multi
+  with ``cap = inf``, and Delta_k^beta(r) with ``cap = r / k``), or ``<1, p> = r`` exactly;
+* :func:`topk_cone`: ``{p >= 0, k p_j <= <1, p>}``;
+* :func:`topk_simplex`: Delta_k^alpha(r) = the top-k cone with ``<1, p> <= r``;
+* :func:`dk_set`: D_k(r), the domain of the top-k hinge alpha as printed (DESIGN §4.1).
+
+All rows are solved at once; the only loop is over the ``k + 1`` sizes of the capped set in
+:func:`topk_cone`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _prefix(v: torch.Tensor) -> torch.Tensor:
+    """``P[:, j] = v[:, :j].sum(1)``, j = 0 .. n (a zero column first)."""
+    return torch.cat([torch.zeros_like(v[:, :1]), torch.cumsum(v, dim=1)], dim=1)
+
+
+def capped_simplex(z: torch.Tensor, cap, r, force_sum: bool = False):
+    """Thresholds ``(t, c)`` of the projection of each row of ``z`` onto ``{0 <= p <= cap,
+    <1, p> <= r}`` (``<1, p> = r`` with ``force_sum``); ``cap`` and ``r`` are scalars or
+    (B,) tensors, ``cap`` may be ``inf``.
+
+    ``p = clip(z - t, 0, cap)`` with ``t = 0`` when that already satisfies the sum (and not
+    ``force_sum``), else the root of the decreasing piecewise-linear ``f(t) = <1, clip(z - t,
+    0, cap)> - r``, whose breakpoints are the ``z_j`` and ``z_j - cap``: f is evaluated at
+    every breakpoint from the sorted ``z`` and its prefix sums, and the root interpolated
+    exactly on the piece that brackets it."""
+    B, n = z.shape
+    cap = torch.as_tensor(cap, dtype=z.dtype, device=z.device).expand(B)
+    r = torch.as_tensor(r, dtype=z.dtype, device=z.device).expand(B)
+    asc, _ = torch.sort(z, dim=1)
+    pre = _prefix(asc)
+    total = pre[:, -1:]
+
+    def f(t):
+        """``<1, clip(z - t, 0, cap)> - r`` at the (B x q) points t."""
+        above = n - torch.searchsorted(asc, t.contiguous(), right=True)  # z_j > t
+        top = t + cap[:, None]
+        capped = n - torch.searchsorted(asc, top.contiguous(), right=False)  # z_j >= t + cap
+        s_above = total - torch.gather(pre, 1, n - above)
+        s_capped = total - torch.gather(pre, 1, n - capped)
+        free = (s_above - s_capped) - t * (above - capped)
+        capped_part = torch.where(capped > 0, cap[:, None] * capped, torch.zeros_like(t))
+        return capped_part + free - r[:, None]
+
+    finite = torch.isfinite(cap)
+    low = torch.where(finite[:, None], asc - cap[:, None], asc)
+    lower = torch.minimum(asc[:, :1], low[:, :1]) - r[:, None].abs() - 1.0
+    points, _ = torch.sort(torch.cat([lower, low, asc], dim=1), dim=1)
+    values = f(points)  # decreasing in the points: > 0 at the first, <= 0 from some point on
+    # the last breakpoint with f > 0, and the next one (f <= 0 there)
+    last = (values > 0).sum(dim=1, keepdim=True).clamp(1, points.shape[1] - 1) - 1
+    t0, t1 = torch.gather(points, 1, last), torch.gather(points, 1, last + 1)
+    f0, f1 = torch.gather(values, 1, last), torch.gather(values, 1, last + 1)
+    width = f0 - f1
+    t = torch.where(width > 0, t0 + f0 / torch.where(width > 0, width, 1.0) * (t1 - t0), t1)
+    t = t[:, 0]
+    if not force_sum:
+        inside = f(torch.zeros_like(t)[:, None])[:, 0] <= 0
+        t = torch.where(inside, torch.zeros_like(t), t)
+    return t, cap
+
+
+def topk_cone(z: torch.Tensor, k: int):
+    """Thresholds ``(t, c)`` of the projection of each row of ``z`` onto the top-k cone
+    ``{p >= 0, k p_j <= <1, p>}``.
+
+    With z sorted descending, the optimum caps the ``u`` largest at ``c = <1, p> / k``, keeps
+    the next ``f`` strictly between 0 and c and zeroes the rest (:mod:`topkbench.prox.topk`).
+    For given ``(u, f)``, with ``B_U`` and ``B_M`` the sums of the two blocks, stationarity in
+    the sum gives ``c = ((k - u) B_M + f B_U) / ((k - u)^2 + u f)`` and ``t = (B_M - (k - u)
+    c) / f``; ``u = k, f = 0`` is ``p = T_k / k`` on the k largest, and ``p = 0`` (``c = 0``)
+    is optimal iff ``T_k <= 0``.  Every ``(u, f)`` with ``u < k`` is tried at once per ``u``,
+    and each row takes the candidate that violates its own set conditions least (ties in z
+    make several exact, with the same p)."""
+    B, n = z.shape
+    v, _ = torch.sort(z, dim=1, descending=True)
+    pre = _prefix(v)
+    big = torch.finfo(z.dtype).max
+    pad = torch.cat([v, torch.full_like(v[:, :1], -big)], dim=1)  # v_{n+1} = -inf
+    best_viol = torch.full((B,), float("inf"), dtype=z.dtype, device=z.device)
+    best_t = torch.zeros(B, dtype=z.dtype, device=z.device)
+    best_c = torch.zeros(B, dtype=z.dtype, device=z.device)
+    scale = v.abs().amax(dim=1).clamp_min(1.0)
+    for u in range(0, min(k, n) + 1):
+        if u == k:
+            # p = T_k / k on the k largest: valid while v_k - v_{k+1} >= c >= 0; any t in
+            # [v_{k+1}, v_k - c] gives it, the upper end keeps t finite (the loss's value is
+            # written with t)
+            c = pre[:, k] / k
+            t = v[:, k - 1] - c
+            viol = torch.maximum(-c, c - (v[:, k - 1] - pad[:, k]).clamp_max(big))
+            cand_t, cand_c, cand_v = t[:, None], c[:, None], viol[:, None]
+        else:
+            f = torch.arange(1, n - u + 1, device=z.device, dtype=z.dtype)  # (F,)
+            ends = torch.arange(u + 1, n + 1, device=z.device)
+            B_U = pre[:, u : u + 1]
+            B_M = pre[:, ends] - B_U
+            c = ((k - u) * B_M + f * B_U) / ((k - u) ** 2 + u * f)
+            t = (B_M - (k - u) * c) / f
+            last_free = v[:, ends - 1]
+            first_zero = pad[:, ends]
+            viol = torch.maximum((t - last_free), (first_zero - t))  # free > 0, rest <= 0
+            viol = torch.maximum(viol, (v[:, u : u + 1] - t) - c)  # first free below c
+            if u > 0:
+                viol = torch.maximum(viol, c - (v[:, u - 1 : u] - t))  # last capped above c
+            viol = torch.maximum(viol, -c)
+            cand_t, cand_c, cand_v = t, c, viol
+        j = torch.argmin(cand_v, dim=1, keepdim=True)
+        vmin = torch.gather(cand_v, 1, j)[:, 0]
+        better = vmin < best_viol
+        best_viol = torch.where(better, vmin, best_viol)
+        best_t = torch.where(better, torch.gather(cand_t, 1, j)[:, 0], best_t)
+        best_c = torch.where(better, torch.gather(cand_c, 1, j)[:, 0], best_c)
+    zero = pre[:, min(k, n)] <= 0  # T_k <= 0: p = 0
+    best_c = torch.where(zero, torch.zeros_like(best_c), best_c)
+    best_t = torch.where(zero, v[:, 0].clamp_min(0.0) + scale, best_t)
+    return best_t, best_c
+
+
+def topk_simplex(z: torch.Tensor, k: int, r):
+    """Thresholds ``(t, c)`` of the projection of each row of ``z`` onto Delta_k^alpha(r) =
+    ``{p >= 0, <1, p> <= r, p_j <= <1, p> / k}``: the top-k cone's projection where its sum is
+    at most r, else the knapsack with box ``r / k`` and sum exactly r (on ``<1, p> = r`` the
+    cone's constraints are that box; NIPS 001 §4.1)."""
+    t, c = topk_cone(z, k)
+    r = torch.as_tensor(r, dtype=z.dtype, device=z.device).expand(z.shape[0])
+    over = k * c > r
+    if bool(over.any()):
+        t2, c2 = capped_simplex(z, r / k, r, force_sum=True)
+        t = torch.where(over, t2, t)
+        c = torch.where(over, c2, c)
+    return t, c
+
+
+def dk_set(z: torch.Tensor, k: int, r):
+    """Thresholds ``(t, c)`` of the projection of each row of ``z`` onto D_k(r) = ``{p >= 0,
+    <1, p> <= r, p_j <= r / k, (k - 1) p_j <= <1, p>}`` (the conjugate domain of the top-k
+    hinge alpha as printed), by DESIGN §4.1's three primitives, row by row: (i) Delta_k^beta(r)
+    where its solution meets the top-(k - 1) cone (or k <= 2); (ii) else the top-(k - 1) cone
+    where its solution meets the box and the radius; (iii) else the knapsack with box ``r / k``
+    and sum ``(k - 1) r / k``."""
+    r = torch.as_tensor(r, dtype=z.dtype, device=z.device).expand(z.shape[0])
+    t, c = capped_simplex(z, r / k, r)
+    if k <= 2:
+        return t, c
+    p = torch.minimum((z - t[:, None]).clamp_min(0.0), c[:, None])
+    done = (k - 1) * p.amax(dim=1) <= p.sum(dim=1) * (1 + 1e-12)
+    t2, c2 = topk_cone(z, k - 1)
+    cone_ok = (c2 <= r / k * (1 + 1e-12)) & ((k - 1) * c2 <= r * (1 + 1e-12))
+    t3, c3 = capped_simplex(z, r / k, (k - 1) * r / k, force_sum=True)
+    t = torch.where(done, t, torch.where(cone_ok, t2, t3))
+    c = torch.where(done, c, torch.where(cone_ok, c2, c3))
+    return t, c
+
+
+def least_norm_top(z: torch.Tensor, slots: int, cap: float, positive_only: bool) -> torch.Tensor:
+    """The least-norm maximizer of ``<z, p>`` over ``{0 <= p <= cap, <1, p> <= slots cap}``
+    (``positive_only``: the entries <= 0 get nothing) or with the sum ``slots cap`` reached
+    whatever the signs, row by row: ``cap`` on the entries above the ``slots``-th largest, the
+    rest of the mass shared evenly by the entries equal to it, 0 elsewhere.  It is the limit of
+    the projection of ``z / gamma`` as gamma -> 0, the smoothed hinges' gradient at gamma = 0,
+    where the linear program's optimal face is that one (SVM^Multi: ``slots = 1``; beta and
+    pseudo alpha: ``slots = k``, ``cap = 1/k``; alpha as printed: k or k - 1 slots)."""
+    slots = min(slots, z.shape[1])
+    v, _ = torch.sort(z, dim=1, descending=True)
+    bound = v[:, slots - 1 : slots]
+    above = z > bound
+    tied = z == bound
+    if positive_only:
+        above = above & (z > 0)
+        tied = tied & (z > 0)
+    n_above = above.sum(dim=1, keepdim=True).to(z.dtype)
+    n_tied = tied.sum(dim=1, keepdim=True).to(z.dtype).clamp_min(1.0)
+    share = torch.clamp((slots - n_above) * cap / n_tied, 0.0, cap)
+    return torch.where(above, cap, torch.where(tied, share, 0.0))
+
+
+__all__ = ["capped_simplex", "dk_set", "least_norm_top", "topk_cone", "topk_simplex"]
