@@ -46,6 +46,8 @@ def numba_gradient(method, S, y, k, gamma):
         return ent_tr_loss_and_grad(S, np.asarray(y), k)[1]
     if gamma == 0.0 and method in HINGES:
         return limit_gradient(method, S, y, k)
+    if method == "svm_ml" and gamma == 0.0:
+        return ml_limit_gradient(S, y)
     if method == "svm_ova" and gamma == 0.0:
         sign = -np.ones_like(S)
         sign[np.arange(S.shape[0]), y] = 1.0
@@ -95,3 +97,19 @@ def limit_gradient(method, S, y, k):
 
 def numba_ent_tr_values(S, y, k):
     return ent_tr_loss_and_grad(S, np.asarray(y), k)[0]
+
+
+def ml_limit_gradient(S, Y):
+    """SVM^ML's gradient at gamma = 0 as the limit of the smoothed ones: where the loss is
+    positive, -1 shared by the labels at the smallest label score and +1 by the non-labels at
+    the largest non-label score; 0 where Y is empty or complete."""
+    G = np.zeros_like(S)
+    for i in range(S.shape[0]):
+        pos = Y[i] > 0
+        if pos.all() or not pos.any():
+            continue
+        lo, hi = S[i, pos].min(), S[i, ~pos].max()
+        if 1.0 + hi - lo > 0:
+            at_min, at_max = pos & (S[i] == lo), ~pos & (S[i] == hi)
+            G[i] = at_max / at_max.sum() - at_min / at_min.sum()
+    return G

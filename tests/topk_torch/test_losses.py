@@ -27,10 +27,17 @@ from topk_torch.reference import (  # noqa: E402
 
 from topkbench.torch import AVAILABLE, TopKLoss, loss  # noqa: E402
 
-SMOOTHABLE = ("svm_ova", "svm_multi", "topk_svm_alpha", "topk_svm_alpha_pseudo", "topk_svm_beta")
+SMOOTHABLE = (
+    "svm_ova",
+    "svm_multi",
+    "topk_svm_alpha",
+    "topk_svm_alpha_pseudo",
+    "topk_svm_beta",
+    "svm_ml",
+)
 TOPK = ("topk_svm_alpha", "topk_svm_alpha_pseudo", "topk_svm_beta", "topk_ent_tr")
-MULTILABEL = ("lr_ml",)
-BATCHES_PER_METHOD = 120  # 9 methods: 1,080 random batches
+MULTILABEL = ("svm_ml", "lr_ml")
+BATCHES_PER_METHOD = 110  # 10 methods: 1,100 random batches
 
 
 def _draw(rng, method):
@@ -97,7 +104,7 @@ def test_gamma_zero_gradient_is_the_limit_of_the_smoothed_ones(method):
     ("svm_ova", 1, 0.5), ("lr_ova", 1, 0.0), ("lr_multi", 1, 0.0), ("svm_multi", 1, 0.5),
     ("topk_svm_alpha", 4, 0.5),
     ("topk_svm_alpha_pseudo", 3, 0.5), ("topk_svm_beta", 3, 0.5), ("topk_ent_tr", 3, 0.0),
-    ("lr_ml", 1, 0.0),
+    ("lr_ml", 1, 0.0), ("svm_ml", 1, 0.5),
 ])  # fmt: skip
 def test_gradcheck(method, k, gamma):
     """Finite differences of the value agree with the gradient where the loss is smooth (the

@@ -17,6 +17,7 @@ as one function whose backward multiplies the stored gradient (:class:`_ExactLos
 * at gamma = 0 the value is the loss's closed form and the gradient the limit of the smoothed
   ones as gamma -> 0: the least-norm maximizer of ``<z, p>`` over the set (ties share the
   mass evenly);
+* SVM^ML_gamma projects onto the bipartite simplex (:func:`_svm_ml`);
 * SVM^OVA_gamma, LR^OVA, LR^Multi, LR^ML and top-k Ent_tr have closed forms.
 
 Values and gradients are computed in float64 and returned in the scores' dtype.
@@ -170,6 +171,45 @@ def _topk_ent_tr(s, y, k):
     return mu + torch.log(Z), G
 
 
+def _svm_ml(s, Y, gamma):
+    """SVM^ML_gamma (TPAMI Props. 5-6, smoothed over all m coordinates): ``L = max_{(p, pbar)
+    in B(gamma)} (<b, p> - ||p||^2/2 + <bbar, pbar> - ||pbar||^2/2) / gamma`` with ``b = 1/2 -
+    s_Y`` and ``bbar = 1/2 + s_Ybar`` (:func:`~topkbench.torch.projections.bipartite`),
+    written as ``((t + s) <1, p> + (||p||^2 + ||pbar||^2)/2) / gamma`` in its thresholds as
+    :func:`topkbench.losses.multilabel.loss_value_ml` does; the gradient is ``-p / gamma`` on
+    Y and ``pbar / gamma`` off it.  gamma = 0: ``max{0, 1 + max_Ybar s - min_Y s}``, the
+    gradient -1 and +1 shared by the arguments of the min and the max where it is positive.
+    0 (gradient 0) where Y is empty or complete."""
+    Yb = Y > 0
+    count = Yb.sum(dim=1)
+    ranks = (count > 0) & (count < s.shape[1])
+    big = torch.finfo(s.dtype).max
+    lo = torch.where(Yb, s, big).amin(dim=1, keepdim=True)
+    hi = torch.where(Yb, -big, s).amax(dim=1, keepdim=True)
+    margin = (1.0 + hi - lo)[:, 0]
+    if gamma == 0.0:
+        value = torch.where(ranks, margin.clamp_min(0.0), 0.0)
+        at_min = (Yb & (s == lo)).to(s.dtype)
+        at_max = (~Yb & (s == hi)).to(s.dtype)
+        G = (at_max / at_max.sum(dim=1, keepdim=True).clamp_min(1.0)
+             - at_min / at_min.sum(dim=1, keepdim=True).clamp_min(1.0))  # fmt: skip
+        return value, torch.where((ranks & (margin > 0))[:, None], G, 0.0)
+    # rows without a ranking constraint get harmless finite blocks (their results are zeroed)
+    lo = torch.where(ranks[:, None], lo, 0.0)
+    hi = torch.where(ranks[:, None], hi, 0.0)
+    max_b, max_y = 0.5 - lo, 0.5 + hi
+    b = torch.where(Yb, 0.5 - s, torch.minimum(max_b - gamma, -max_y) - 1.0)
+    bbar = torch.where(Yb, torch.minimum(max_y - gamma, -max_b) - 1.0, 0.5 + s)
+    t, sb = proj.bipartite(b, bbar, gamma)
+    p = torch.where(Yb, (b - t[:, None]).clamp_min(0.0), 0.0)
+    pbar = torch.where(Yb, 0.0, (bbar - sb[:, None]).clamp_min(0.0))
+    ts = t + sb
+    value = (torch.where(ts > 0, ts * p.sum(dim=1), 0.0)
+             + 0.5 * ((p * p).sum(dim=1) + (pbar * pbar).sum(dim=1))) / gamma  # fmt: skip
+    value = torch.where(ranks, value.clamp_min(0.0), 0.0)
+    return value, torch.where(ranks[:, None], (pbar - p) / gamma, 0.0)
+
+
 def _lr_ml(s, Y):
     """``log sum_j exp(s_j) - (1/|Y|) sum_Y s_y``; 0 (with gradient 0) where Y is empty or
     holds every class, as in the kernels (no ranking constraint)."""
@@ -183,7 +223,7 @@ def _lr_ml(s, Y):
 
 MULTICLASS = ("svm_ova", "lr_ova", "svm_multi", "lr_multi", "topk_svm_alpha",
               "topk_svm_alpha_pseudo", "topk_svm_beta", "topk_ent_tr")  # fmt: skip
-MULTILABEL = ("lr_ml",)
+MULTILABEL = ("svm_ml", "lr_ml")
 AVAILABLE = MULTICLASS + MULTILABEL
 
 
@@ -256,6 +296,8 @@ def _values_and_gradient(name, s, target, k, gamma):
         return _topk_ent_tr(s, target, k)
     if name == "lr_ml":
         return _lr_ml(s, target)
+    if name == "svm_ml":
+        return _svm_ml(s, target, gamma)
     return _hinge(name, s, target, k, gamma)
 
 

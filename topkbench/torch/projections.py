@@ -9,7 +9,9 @@ kernels of :mod:`topkbench.prox.topk` do (NIPS 001 §4, their derivations in tha
   with ``cap = inf``, and Delta_k^beta(r) with ``cap = r / k``), or ``<1, p> = r`` exactly;
 * :func:`topk_cone`: ``{p >= 0, k p_j <= <1, p>}``;
 * :func:`topk_simplex`: Delta_k^alpha(r) = the top-k cone with ``<1, p> <= r``;
-* :func:`dk_set`: D_k(r), the domain of the top-k hinge alpha as printed (DESIGN §4.1).
+* :func:`dk_set`: D_k(r), the domain of the top-k hinge alpha as printed (DESIGN §4.1);
+* :func:`bipartite`: the bipartite simplex B(r) of SVM^ML (TPAMI 002 eq. (17)), thresholds
+  ``(t, s)`` of its two blocks.
 
 All rows are solved at once; the only loop is over the ``k + 1`` sizes of the capped set in
 :func:`topk_cone`.
@@ -164,6 +166,41 @@ def dk_set(z: torch.Tensor, k: int, r):
     return t, c
 
 
+def bipartite(b: torch.Tensor, bbar: torch.Tensor, r):
+    """Thresholds ``(t, s)`` of the projection of each row's ``(b, bbar)`` onto the bipartite
+    simplex B(r) = ``{x, y >= 0, <1, x> = <1, y> <= r}``: ``x = (b - t)_+``, ``y = (bbar -
+    s)_+`` (TPAMI 002 eq. (17); the KKT conditions in :mod:`topkbench.prox.bipartite`).  Entries
+    outside a row's blocks must hold values that stay inactive (below ``max b - r`` and
+    ``-max bbar`` in b, below ``max bbar - r`` and ``-max b`` in bbar).
+
+    With the radius active the blocks are two knapsacks of sum r, which is the solution iff
+    their thresholds have ``t + s >= 0``; otherwise ``s = -t`` at the root of the decreasing
+    ``g(t) = <1, (b - t)_+> - <1, (bbar + t)_+>``, found from its values at the breakpoints
+    ``b_j`` and ``-bbar_j`` and interpolated on the piece that brackets it."""
+    t1, _ = capped_simplex(b, float("inf"), r, force_sum=True)
+    s1, _ = capped_simplex(bbar, float("inf"), r, force_sum=True)
+    active = t1 + s1 >= 0
+    n = b.shape[1]
+    asc_b, _ = torch.sort(b, dim=1)
+    asc_y, _ = torch.sort(bbar, dim=1)
+    pre_b, pre_y = _prefix(asc_b), _prefix(asc_y)
+
+    def part(asc, pre, t):
+        """``<1, (v - t)_+>`` at the (B x q) points t."""
+        above = n - torch.searchsorted(asc, t.contiguous(), right=True)
+        return (pre[:, -1:] - torch.gather(pre, 1, n - above)) - t * above
+
+    points, _ = torch.sort(torch.cat([b, -bbar], dim=1), dim=1)
+    g = part(asc_b, pre_b, points) - part(asc_y, pre_y, -points)
+    last = (g > 0).sum(dim=1, keepdim=True).clamp(1, points.shape[1] - 1) - 1
+    t0, ta = torch.gather(points, 1, last), torch.gather(points, 1, last + 1)
+    g0, ga = torch.gather(g, 1, last), torch.gather(g, 1, last + 1)
+    width = g0 - ga
+    t2 = torch.where(width > 0, t0 + g0 / torch.where(width > 0, width, 1.0) * (ta - t0), ta)
+    t2 = t2[:, 0]
+    return torch.where(active, t1, t2), torch.where(active, s1, -t2)
+
+
 def least_norm_top(z: torch.Tensor, slots: int, cap: float, positive_only: bool) -> torch.Tensor:
     """The least-norm maximizer of ``<z, p>`` over ``{0 <= p <= cap, <1, p> <= slots cap}``
     (``positive_only``: the entries <= 0 get nothing) or with the sum ``slots cap`` reached
@@ -186,4 +223,4 @@ def least_norm_top(z: torch.Tensor, slots: int, cap: float, positive_only: bool)
     return torch.where(above, cap, torch.where(tied, share, 0.0))
 
 
-__all__ = ["capped_simplex", "dk_set", "least_norm_top", "topk_cone", "topk_simplex"]
+__all__ = ["bipartite", "capped_simplex", "dk_set", "least_norm_top", "topk_cone", "topk_simplex"]
