@@ -18,6 +18,7 @@ as one function whose backward multiplies the stored gradient (:class:`_ExactLos
   ones as gamma -> 0: the least-norm maximizer of ``<z, p>`` over the set (ties share the
   mass evenly);
 * SVM^ML_gamma projects onto the bipartite simplex (:func:`_svm_ml`);
+* top-k Ent takes the closed form of each candidate capped set (:func:`_topk_ent`);
 * SVM^OVA_gamma, LR^OVA, LR^Multi, LR^ML and top-k Ent_tr have closed forms.
 
 Values and gradients are computed in float64 and returned in the scores' dtype.
@@ -33,6 +34,9 @@ from topkbench.losses.registry import get_method
 from topkbench.torch import projections as proj
 
 REDUCTIONS = ("mean", "sum", "none")
+# the projections start on each row's 2 k + PRESELECT_EXTRA largest margins
+# (:func:`~topkbench.torch.projections.preselected`)
+PRESELECT_EXTRA = 14
 
 
 class _ExactLoss(torch.autograd.Function):
@@ -89,13 +93,14 @@ def _hinge(name, s, y, k, gamma):
     z = _off_label(zfull, off)
     if gamma > 0.0:
         if name == "svm_multi":
-            t, c = proj.capped_simplex(z, math.inf, gamma)
+            solve = lambda v: proj.capped_simplex(v, math.inf, gamma)  # noqa: E731
         elif name == "topk_svm_beta":
-            t, c = proj.capped_simplex(z, gamma / k, gamma)
+            solve = lambda v: proj.capped_simplex(v, gamma / k, gamma)  # noqa: E731
         elif name == "topk_svm_alpha":
-            t, c = proj.dk_set(z, k, gamma)
+            solve = lambda v: proj.dk_parts(v, k, gamma)  # noqa: E731
         else:
-            t, c = proj.topk_simplex(z, k, gamma)
+            solve = lambda v: proj.topk_simplex(v, k, gamma)  # noqa: E731
+        t, c = proj.preselected(solve, z, PRESELECT_EXTRA + 2 * k)
         value, p = _smoothed(z, t, c, gamma)
         return value, _on_scores(p, off, y)
     top, _ = torch.topk(z, min(k, z.shape[1]), dim=1)
@@ -120,6 +125,59 @@ def _hinge(name, s, y, k, gamma):
         p = proj.least_norm_top(z, k, 1.0 / k, positive_only=False)
         p = torch.where((T_k > 0)[:, None], p, 0.0)
     return value, _on_scores(p, off, y)
+
+
+def _topk_ent(s, y, k):
+    """Top-k Ent (TPAMI Prop. 4 / 17): ``L(a) = max_{x in Delta_k^alpha} <a, x> - <x, log x> -
+    (1 - s) log(1 - s)`` on ``a = s^{\\y} - s_y``; the maximizer, which is the gradient, is
+    ``x_j = exp(min(a_j - t, log(s/k)))``.  Every candidate number ``u`` of capped entries
+    (the u largest) has a closed form in the log domain (:func:`topkbench.losses.topk_entropy.
+    topk_ent_solve_sorted`, whose choice this mirrors: the first u consistent with its
+    partition to 1e-10, else the least inconsistent, or all capped when ``m - 1 = k``);
+    all of them are evaluated at once from the k largest margins' prefix sums and the
+    log-sum-exps of the rest."""
+    zfull, off = _margins(s, y)
+    a = _off_label(zfull - 1.0, off)
+    B, n = a.shape
+    U = min(k, n)
+    v, order = torch.topk(a, U, dim=1)  # the k largest, descending
+    u = torch.arange(U, dtype=s.dtype, device=s.device)
+    head = proj._prefix(v)[:, :U]  # sums of the u largest
+    # log-sum-exp of all but the u largest, each by its own pass (no cancellation)
+    rest = a.clone()
+    log_z = torch.empty((B, U), dtype=s.dtype, device=s.device)
+    for j in range(U):
+        log_z[:, j] = torch.logsumexp(rest, dim=1)
+        rest.scatter_(1, order[:, j : j + 1], -math.inf)
+    rho = u / k
+    om = 1.0 - rho
+    A = head / k
+    om_log_om = torch.where(u > 0, om * torch.log(om), 0.0)
+    log_q = -rho * math.log(k) - om * log_z - A + om_log_om
+    sp_q = torch.nn.functional.softplus(log_q)
+    t = log_z + sp_q - torch.log(om)
+    log_cap = -sp_q - math.log(k)
+    viol = v[:, :U] - t - log_cap
+    prev = torch.cat([torch.full_like(v[:, :1], math.inf), v[:, : U - 1]], dim=1)
+    viol = torch.where(u > 0, torch.maximum(viol, log_cap - (prev - t)), viol)
+    s_frac = torch.sigmoid(-log_q)
+    log1ms = -torch.nn.functional.softplus(-log_q)
+    capped_loss = s_frac * (A + om * t - rho * log_cap) - torch.exp(log1ms) * log1ms
+    cand_loss = torch.where(u > 0, capped_loss, torch.nn.functional.softplus(log_z))
+    consistent = viol <= 1e-10 * (1.0 + t.abs())
+    first = torch.where(consistent.any(dim=1), consistent.to(torch.int8).argmax(dim=1),
+                        viol.argmin(dim=1))[:, None]  # fmt: skip
+    value = cand_loss.gather(1, first)[:, 0]
+    t_c, cap_c = t.gather(1, first)[:, 0], log_cap.gather(1, first)[:, 0]
+    if n == k:  # every coordinate capped: x = (s/k) 1, s = sigmoid(A + log k)
+        all_capped = ~consistent.any(dim=1)
+        zk = a.sum(dim=1) / k + math.log(k)
+        cap_all = torch.nn.functional.logsigmoid(zk) - math.log(k)
+        value = torch.where(all_capped, torch.nn.functional.softplus(zk), value)
+        t_c = torch.where(all_capped, v[:, -1] - cap_all, t_c)
+        cap_c = torch.where(all_capped, cap_all, cap_c)
+    x = torch.exp(torch.minimum(a - t_c[:, None], cap_c[:, None]))
+    return value, _on_scores(x, off, y)
 
 
 def _svm_ova(s, y, gamma):
@@ -161,8 +219,12 @@ def _topk_ent_tr(s, y, k):
     a = s - s.gather(1, y[:, None])
     a[rows, y] = -math.inf
     if k > 1:
-        _, order = torch.sort(a, dim=1, descending=True, stable=True)
-        a = a.scatter(1, order[:, : k - 1], -math.inf)
+        # drop the k - 1 largest: those above the (k-1)-th value, then the first of the tied
+        bound = torch.topk(a, k - 1, dim=1).values[:, -1:]
+        tied = a == bound
+        room = (k - 1) - (a > bound).sum(dim=1, keepdim=True)
+        drop = (a > bound) | (tied & (torch.cumsum(tied, dim=1) <= room))
+        a = a.masked_fill(drop, -math.inf)
     mu = a.amax(dim=1).clamp_min(0.0)
     ex = torch.exp(a - mu[:, None])
     Z = torch.exp(-mu) + ex.sum(dim=1)
@@ -222,7 +284,7 @@ def _lr_ml(s, Y):
 
 
 MULTICLASS = ("svm_ova", "lr_ova", "svm_multi", "lr_multi", "topk_svm_alpha",
-              "topk_svm_alpha_pseudo", "topk_svm_beta", "topk_ent_tr")  # fmt: skip
+              "topk_svm_alpha_pseudo", "topk_svm_beta", "topk_ent", "topk_ent_tr")  # fmt: skip
 MULTILABEL = ("svm_ml", "lr_ml")
 AVAILABLE = MULTICLASS + MULTILABEL
 
@@ -294,6 +356,8 @@ def _values_and_gradient(name, s, target, k, gamma):
         return _lr_multi(s, target)
     if name == "topk_ent_tr":
         return _topk_ent_tr(s, target, k)
+    if name == "topk_ent":
+        return _topk_ent(s, target, k)
     if name == "lr_ml":
         return _lr_ml(s, target)
     if name == "svm_ml":

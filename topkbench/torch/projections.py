@@ -13,8 +13,9 @@ kernels of :mod:`topkbench.prox.topk` do (NIPS 001 §4, their derivations in tha
 * :func:`bipartite`: the bipartite simplex B(r) of SVM^ML (TPAMI 002 eq. (17)), thresholds
   ``(t, s)`` of its two blocks.
 
-All rows are solved at once; the only loop is over the ``k + 1`` sizes of the capped set in
-:func:`topk_cone`.
+All rows are solved at once; the only loops are over the ``k + 1`` sizes of the capped set in
+:func:`topk_cone`, and over the rounds of :func:`preselected`, which solves each row on its
+few largest entries when that is exact.
 """
 
 from __future__ import annotations
@@ -131,18 +132,43 @@ def topk_cone(z: torch.Tensor, k: int):
 
 
 def topk_simplex(z: torch.Tensor, k: int, r):
-    """Thresholds ``(t, c)`` of the projection of each row of ``z`` onto Delta_k^alpha(r) =
-    ``{p >= 0, <1, p> <= r, p_j <= <1, p> / k}``: the top-k cone's projection where its sum is
-    at most r, else the knapsack with box ``r / k`` and sum exactly r (on ``<1, p> = r`` the
-    cone's constraints are that box; NIPS 001 §4.1)."""
-    t, c = topk_cone(z, k)
+    """Thresholds ``(t, c, guard)`` of the projection of each row of ``z`` onto
+    Delta_k^alpha(r) = ``{p >= 0, <1, p> <= r, p_j <= <1, p> / k}`` (``guard``: the smallest
+    threshold the choice used, for :func:`preselected`).
+
+    On ``<1, p> = r`` the cone's constraints are the box ``r / k``, so with ``F(s)`` the
+    distance to the set's slice of sum s (convex, :mod:`topkbench.prox.topk`) the solution is
+    that knapsack's where ``F'(r) = -t_r - P_r / k <= 0`` (``t_r`` its threshold, ``P_r =
+    sum_j (z_j - t_r - r/k)_+``), and the top-k cone's projection (whose sum is then below
+    r) elsewhere; the test reads only the knapsack's few largest entries."""
     r = torch.as_tensor(r, dtype=z.dtype, device=z.device).expand(z.shape[0])
-    over = k * c > r
-    if bool(over.any()):
-        t2, c2 = capped_simplex(z, r / k, r, force_sum=True)
-        t = torch.where(over, t2, t)
-        c = torch.where(over, c2, c)
-    return t, c
+    t_r, c_r = capped_simplex(z, r / k, r, force_sum=True)
+    excess = (z - t_r[:, None] - c_r[:, None]).clamp_min(0.0).sum(dim=1)
+    on_face = t_r + excess / k >= 0
+    if bool(on_face.all()):
+        return t_r, c_r, t_r
+    t_c, c_c = topk_cone(z, k)
+    t = torch.where(on_face, t_r, t_c)
+    c = torch.where(on_face, c_r, c_c)
+    return t, c, torch.where(on_face, t_r, torch.minimum(t_r, t_c))
+
+
+def dk_parts(z: torch.Tensor, k: int, r):
+    """:func:`dk_set` with the smallest threshold of the solutions it chose between (which
+    :func:`preselected` checks)."""
+    r = torch.as_tensor(r, dtype=z.dtype, device=z.device).expand(z.shape[0])
+    t, c = capped_simplex(z, r / k, r)
+    if k <= 2:
+        return t, c, t
+    p = torch.minimum((z - t[:, None]).clamp_min(0.0), c[:, None])
+    done = (k - 1) * p.amax(dim=1) <= p.sum(dim=1) * (1 + 1e-12)
+    t2, c2 = topk_cone(z, k - 1)
+    cone_ok = (c2 <= r / k * (1 + 1e-12)) & ((k - 1) * c2 <= r * (1 + 1e-12))
+    t3, c3 = capped_simplex(z, r / k, (k - 1) * r / k, force_sum=True)
+    guard = torch.minimum(t, torch.minimum(t2, t3))
+    t = torch.where(done, t, torch.where(cone_ok, t2, t3))
+    c = torch.where(done, c, torch.where(cone_ok, c2, c3))
+    return t, c, guard
 
 
 def dk_set(z: torch.Tensor, k: int, r):
@@ -152,17 +178,31 @@ def dk_set(z: torch.Tensor, k: int, r):
     where its solution meets the top-(k - 1) cone (or k <= 2); (ii) else the top-(k - 1) cone
     where its solution meets the box and the radius; (iii) else the knapsack with box ``r / k``
     and sum ``(k - 1) r / k``."""
-    r = torch.as_tensor(r, dtype=z.dtype, device=z.device).expand(z.shape[0])
-    t, c = capped_simplex(z, r / k, r)
-    if k <= 2:
-        return t, c
-    p = torch.minimum((z - t[:, None]).clamp_min(0.0), c[:, None])
-    done = (k - 1) * p.amax(dim=1) <= p.sum(dim=1) * (1 + 1e-12)
-    t2, c2 = topk_cone(z, k - 1)
-    cone_ok = (c2 <= r / k * (1 + 1e-12)) & ((k - 1) * c2 <= r * (1 + 1e-12))
-    t3, c3 = capped_simplex(z, r / k, (k - 1) * r / k, force_sum=True)
-    t = torch.where(done, t, torch.where(cone_ok, t2, t3))
-    c = torch.where(done, c, torch.where(cone_ok, c2, c3))
+    t, c, _ = dk_parts(z, k, r)
+    return t, c
+
+
+def preselected(solve, z: torch.Tensor, q: int):
+    """``solve(z)`` (thresholds ``(t, c)``, or ``(t, c, guard)``) computed on each row's q
+    largest entries only, as :func:`topkbench.prox.topk.topk_threshold` does: every
+    projection here is ``clip(z - t, 0, c)`` and its sums only involve entries above t, so
+    where the smallest threshold used (``guard``, t by default) is at least the smallest
+    entry kept, the left-out entries get 0 and the result is the whole row's.  Rows where it is
+    not are solved again on 4 q entries, up to the whole row.  A sort and the searches of
+    the solvers cost ``O(n log n)`` per row; ``torch.topk`` of a few entries far less."""
+    B, n = z.shape
+    t = torch.empty(B, dtype=z.dtype, device=z.device)
+    c = torch.empty(B, dtype=z.dtype, device=z.device)
+    rows = torch.arange(B, device=z.device)
+    while rows.numel():
+        sub = z if rows.numel() == B else z[rows]
+        top = sub if q >= n else torch.topk(sub, q, dim=1).values
+        out = solve(top)
+        ts, cs, guard = out[0], out[1], out[2] if len(out) > 2 else out[0]
+        ok = torch.ones_like(ts, dtype=torch.bool) if q >= n else guard >= top[:, -1]
+        t[rows[ok]], c[rows[ok]] = ts[ok], cs[ok]
+        rows = rows[~ok]
+        q *= 4
     return t, c
 
 
@@ -210,8 +250,7 @@ def least_norm_top(z: torch.Tensor, slots: int, cap: float, positive_only: bool)
     where the linear program's optimal face is that one (SVM^Multi: ``slots = 1``; beta and
     pseudo alpha: ``slots = k``, ``cap = 1/k``; alpha as printed: k or k - 1 slots)."""
     slots = min(slots, z.shape[1])
-    v, _ = torch.sort(z, dim=1, descending=True)
-    bound = v[:, slots - 1 : slots]
+    bound = torch.topk(z, slots, dim=1).values[:, slots - 1 : slots]
     above = z > bound
     tied = z == bound
     if positive_only:
@@ -223,4 +262,13 @@ def least_norm_top(z: torch.Tensor, slots: int, cap: float, positive_only: bool)
     return torch.where(above, cap, torch.where(tied, share, 0.0))
 
 
-__all__ = ["bipartite", "capped_simplex", "dk_set", "least_norm_top", "topk_cone", "topk_simplex"]
+__all__ = [
+    "bipartite",
+    "capped_simplex",
+    "dk_parts",
+    "dk_set",
+    "preselected",
+    "least_norm_top",
+    "topk_cone",
+    "topk_simplex",
+]
