@@ -1,5 +1,5 @@
-"""``topkbench bench sdca | conditioning | scale | peers``: the solver's speed, on its own and
-against its peers."""
+"""``topkbench bench sdca | conditioning | scale | peers | torch``: the solver's speed, on its
+own and against its peers, and the PyTorch losses' against cross-entropy."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from topkbench.cli.app import (
     BENCH_D_OPT,
     BENCH_M_OPT,
     METHOD_SPEC_HELP,
+    OUT_OPT,
     SEED_OPT,
     bench_app,
     check_data_files,
@@ -422,3 +423,66 @@ def bench_peers_cmd(
                 r.method, r.cert_gap,
             )  # fmt: skip
     sys.stderr.write(f"written: {out}, {trace_csv}, {png}\n")
+
+
+@bench_app.command(
+    "torch",
+    help="Milliseconds of one forward + backward of each PyTorch loss (topkbench.torch, the "
+    "torch extra) on a batch of N(0,1) scores, beside "
+    "torch.nn.functional.cross_entropy's on the same scores, and their ratio (target: the "
+    "top-k hinges and top-k Ent_tr within 3x on the CPU); CSV + Markdown.",
+)
+@handle_errors
+def bench_torch_cmd(
+    batch: int = typer.Option(256, help="rows per batch"),
+    m: list[int] = typer.Option(None, "--m", help="classes (repeatable; default 100 and 1000)"),
+    reps: int = typer.Option(30, help="timed repetitions per case (median reported)"),
+    dtype: str = typer.Option("float32", help="the scores' dtype: float32 or float64"),
+    device: str = typer.Option("cpu", help="cpu, or cuda where a GPU exists"),
+    threads: int = typer.Option(1, help="torch's CPU threads (1: one core, as the other benches)"),
+    seed: int = SEED_OPT,
+    out: Path = OUT_OPT,
+) -> None:
+    setup_logging(False)
+    from dataclasses import asdict
+
+    import pandas as pd
+
+    from topkbench.errors import ConfigError
+
+    try:
+        import torch
+    except ImportError as exc:
+        raise ConfigError("bench torch needs PyTorch: pip install 'topkbench[torch]'") from exc
+    from topkbench.bench.torch_losses import bench_torch
+
+    if dtype not in ("float32", "float64"):
+        raise ConfigError(f"--dtype must be float32 or float64, got {dtype!r}")
+    if batch < 1 or reps < 1 or threads < 1:
+        raise ConfigError("--batch, --reps and --threads must be at least 1")
+    ms = tuple(m or (100, 1000))
+    if min(ms) < 11:
+        raise ConfigError(f"--m must be at least 11 (the top-k cases use k = 5), got {min(ms)}")
+    if device != "cpu" and not torch.cuda.is_available():
+        raise ConfigError(f"--device {device}: no CUDA device is available here")
+    torch.set_num_threads(threads)
+
+    def progress(r):
+        log.info("m = %d %s k=%d gamma=%g: %.3f ms (%.1fx cross-entropy)", r.m, r.method, r.k,
+                 r.gamma, r.ms, r.ratio)  # fmt: skip
+
+    rows = bench_torch(batch, ms, reps=reps, seed=seed, dtype=dtype, device=device,
+                       progress=progress)  # fmt: skip
+    df = pd.DataFrame([asdict(r) for r in rows])
+    out.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out / "torch_losses.csv", index=False)
+    lines = [f"# PyTorch losses, forward + backward, batch {batch}, {dtype}, {device}, "
+             f"{threads} thread(s)", "",
+             "| m | method | k | gamma | ms | cross-entropy ms | ratio |",
+             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        lines.append(f"| {r.m} | {r.method} | {r.k} | {r.gamma:g} | {r.ms:.3f} | "
+                     f"{r.cross_entropy_ms:.3f} | {r.ratio:.1f}x |")  # fmt: skip
+    (out / "torch_losses.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    print(f"written: {out / 'torch_losses.csv'}, {out / 'torch_losses.md'}")

@@ -21,7 +21,9 @@ as one function whose backward multiplies the stored gradient (:class:`_ExactLos
 * top-k Ent takes the closed form of each candidate capped set (:func:`_topk_ent`);
 * SVM^OVA_gamma, LR^OVA, LR^Multi, LR^ML and top-k Ent_tr have closed forms.
 
-Values and gradients are computed in float64 and returned in the scores' dtype.
+The projections of the smoothed hinges are computed in float64 and returned in the scores'
+dtype; the other losses are evaluated in the scores' dtype (their log-domain forms are stable
+in float32).
 """
 
 from __future__ import annotations
@@ -286,6 +288,8 @@ def _lr_ml(s, Y):
 MULTICLASS = ("svm_ova", "lr_ova", "svm_multi", "lr_multi", "topk_svm_alpha",
               "topk_svm_alpha_pseudo", "topk_svm_beta", "topk_ent", "topk_ent_tr")  # fmt: skip
 MULTILABEL = ("svm_ml", "lr_ml")
+# the losses whose smoothed gradient is a projection (computed in float64)
+PROJECTED = ("svm_multi", "topk_svm_alpha", "topk_svm_alpha_pseudo", "topk_svm_beta", "svm_ml")
 AVAILABLE = MULTICLASS + MULTILABEL
 
 
@@ -372,11 +376,13 @@ def loss(method: str, scores, target, k: int = 1, gamma: float = 0.0, reduction:
     Differentiable in ``scores`` (first derivatives), on any device and floating dtype."""
     name, target, k, gamma = _check(method, scores, target, k, gamma, reduction)
     with torch.no_grad():
-        # in float64 whatever the scores' precision: a smoothed hinge's gradient is
-        # clip(z - t, 0, c) / gamma, which float32 loses once gamma nears ulp(z)
-        s = scores.detach().to(torch.float64)
+        s = scores.detach()
+        if gamma > 0.0 and name in PROJECTED:
+            # in float64 whatever the scores' precision: a smoothed hinge's gradient is
+            # clip(z - t, 0, c) / gamma, which float32 loses once gamma nears ulp(z)
+            s = s.to(torch.float64)
         if target.is_floating_point():
-            target = target.to(torch.float64)
+            target = target.to(s.dtype)
         values, grad = _values_and_gradient(name, s, target, k, gamma)
     values = _ExactLoss.apply(scores, values.to(scores.dtype), grad.to(scores.dtype))
     if reduction == "mean":

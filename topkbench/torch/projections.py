@@ -155,20 +155,30 @@ def topk_simplex(z: torch.Tensor, k: int, r):
 
 def dk_parts(z: torch.Tensor, k: int, r):
     """:func:`dk_set` with the smallest threshold of the solutions it chose between (which
-    :func:`preselected` checks)."""
+    :func:`preselected` checks).
+
+    Step (ii)'s cone solution is the answer iff its sum ``s*`` is at most ``(k - 1) r / k``
+    (then its largest entry ``s* / (k - 1)`` is within the box and its sum within r); with
+    ``F(s)`` the distance to the cone's slice of sum s (convex), that is ``F'((k - 1) r / k)
+    = -t_3 - P_3 / (k - 1) >= 0`` at the knapsack of step (iii) (box ``r / k``, sum ``(k - 1) r
+    / k``: the cone's slice there), so the unbounded cone is projected only where it is the
+    answer."""
     r = torch.as_tensor(r, dtype=z.dtype, device=z.device).expand(z.shape[0])
     t, c = capped_simplex(z, r / k, r)
     if k <= 2:
         return t, c, t
     p = torch.minimum((z - t[:, None]).clamp_min(0.0), c[:, None])
     done = (k - 1) * p.amax(dim=1) <= p.sum(dim=1) * (1 + 1e-12)
-    t2, c2 = topk_cone(z, k - 1)
-    cone_ok = (c2 <= r / k * (1 + 1e-12)) & ((k - 1) * c2 <= r * (1 + 1e-12))
     t3, c3 = capped_simplex(z, r / k, (k - 1) * r / k, force_sum=True)
-    guard = torch.minimum(t, torch.minimum(t2, t3))
-    t = torch.where(done, t, torch.where(cone_ok, t2, t3))
-    c = torch.where(done, c, torch.where(cone_ok, c2, c3))
-    return t, c, guard
+    excess = (z - t3[:, None] - c3[:, None]).clamp_min(0.0).sum(dim=1)
+    cone = ~done & (t3 + excess / (k - 1) <= 0)
+    guard = torch.where(done, t, torch.minimum(t, t3))
+    if bool(cone.any()):
+        t2, c2 = topk_cone(z, k - 1)
+        t3 = torch.where(cone, t2, t3)
+        c3 = torch.where(cone, c2, c3)
+        guard = torch.where(cone, torch.minimum(guard, t2), guard)
+    return torch.where(done, t, t3), torch.where(done, c, c3), guard
 
 
 def dk_set(z: torch.Tensor, k: int, r):
