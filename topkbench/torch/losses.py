@@ -56,43 +56,47 @@ class _ExactLoss(torch.autograd.Function):
         return upstream[:, None] * grad, None, None
 
 
-def _margins(s, y):
-    """``z = 1 + s_j - s_y`` on every class, and the mask of the off-label ones."""
-    off = torch.ones_like(s, dtype=torch.bool)
-    off[torch.arange(s.shape[0], device=s.device), y] = False
-    sy = s.gather(1, y[:, None])
-    return 1.0 + s - sy, off
+def _off_label_index(y, m):
+    """The columns of each row's m - 1 off-label classes, in order (B x (m - 1))."""
+    j = torch.arange(m - 1, device=y.device)[None, :]
+    return j + (j >= y[:, None])
 
 
-def _off_label(z, off):
-    """The m - 1 off-label entries of each row (order kept)."""
-    return z[off].view(z.shape[0], z.shape[1] - 1)
+def _off_margins(s, y):
+    """The off-label margins ``z = 1 + s_j - s_y`` (B x (m - 1)) and their columns."""
+    idx = _off_label_index(y, s.shape[1])
+    return 1.0 + s.gather(1, idx) - s.gather(1, y[:, None]), idx
 
 
-def _on_scores(p, off, y):
+def _on_scores(p, idx, y, m, cols=None):
     """The gradient in the scores of a function of the off-label margins with gradient ``p``
-    there: ``p`` on the off-label classes, ``-<1, p>`` at the label."""
-    G = torch.zeros(off.shape, dtype=p.dtype, device=p.device)
-    G[off] = p.reshape(-1)
-    G[torch.arange(off.shape[0], device=p.device), y] = -p.sum(dim=1)
+    there (at the margins' positions ``cols``, all of them by default): ``p`` on the
+    off-label classes, ``-<1, p>`` at the label."""
+    G = torch.zeros((p.shape[0], m), dtype=p.dtype, device=p.device)
+    G.scatter_(1, idx if cols is None else idx.gather(1, cols), p)
+    G[torch.arange(p.shape[0], device=p.device), y] = -p.sum(dim=1)
     return G
 
 
 def _smoothed(z, t, c, gamma):
     """Value and gradient ``p / gamma`` of ``max_{p in set(gamma)} (<z, p> - ||p||^2 / 2) /
-    gamma`` from the projection's thresholds ``p = clip(z - t, 0, c)`` (rows)."""
+    gamma`` from the projection's thresholds ``p = clip(z - t, 0, c)`` (rows), on the margins
+    above t only (the others have p = 0): returns the value, ``p / gamma`` there and their
+    positions."""
+    q = max(int((z > t[:, None]).sum(dim=1).max()), 1)
+    top, cols = torch.topk(z, q, dim=1)
     t, c = t[:, None], c[:, None]
-    p = torch.minimum((z - t).clamp_min(0.0), c)
-    over = torch.where(torch.isfinite(c), (z - t - c).clamp_min(0.0), 0.0)
+    p = torch.minimum((top - t).clamp_min(0.0), c)
+    over = torch.where(torch.isfinite(c), (top - t - c).clamp_min(0.0), 0.0)
     capped = torch.where(torch.isfinite(c[:, 0]), c[:, 0] * over.sum(dim=1), 0.0)
     value = (0.5 * (p * p).sum(dim=1) + t[:, 0] * p.sum(dim=1) + capped) / gamma
-    return value, p / gamma
+    return value, p / gamma, cols
 
 
 def _hinge(name, s, y, k, gamma):
     """SVM^Multi and the top-k hinges (pseudo alpha, beta): module docstring."""
-    zfull, off = _margins(s, y)
-    z = _off_label(zfull, off)
+    m = s.shape[1]
+    z, idx = _off_margins(s, y)
     if gamma > 0.0:
         if name == "svm_multi":
             solve = lambda v: proj.capped_simplex(v, math.inf, gamma)  # noqa: E731
@@ -103,8 +107,8 @@ def _hinge(name, s, y, k, gamma):
         else:
             solve = lambda v: proj.topk_simplex(v, k, gamma)  # noqa: E731
         t, c = proj.preselected(solve, z, PRESELECT_EXTRA + 2 * k)
-        value, p = _smoothed(z, t, c, gamma)
-        return value, _on_scores(p, off, y)
+        value, p, cols = _smoothed(z, t, c, gamma)
+        return value, _on_scores(p, idx, y, m, cols)
     top, _ = torch.topk(z, min(k, z.shape[1]), dim=1)
     T_k = top.sum(dim=1)
     if name == "svm_multi":
@@ -126,7 +130,7 @@ def _hinge(name, s, y, k, gamma):
         value = T_k.clamp_min(0.0) / k
         p = proj.least_norm_top(z, k, 1.0 / k, positive_only=False)
         p = torch.where((T_k > 0)[:, None], p, 0.0)
-    return value, _on_scores(p, off, y)
+    return value, _on_scores(p, idx, y, m)
 
 
 def _topk_ent(s, y, k):
@@ -138,8 +142,8 @@ def _topk_ent(s, y, k):
     partition to 1e-10, else the least inconsistent, or all capped when ``m - 1 = k``);
     all of them are evaluated at once from the k largest margins' prefix sums and the
     log-sum-exps of the rest."""
-    zfull, off = _margins(s, y)
-    a = _off_label(zfull - 1.0, off)
+    z, idx = _off_margins(s, y)
+    a = z - 1.0
     B, n = a.shape
     U = min(k, n)
     v, order = torch.topk(a, U, dim=1)  # the k largest, descending
@@ -179,7 +183,7 @@ def _topk_ent(s, y, k):
         t_c = torch.where(all_capped, v[:, -1] - cap_all, t_c)
         cap_c = torch.where(all_capped, cap_all, cap_c)
     x = torch.exp(torch.minimum(a - t_c[:, None], cap_c[:, None]))
-    return value, _on_scores(x, off, y)
+    return value, _on_scores(x, idx, y, s.shape[1])
 
 
 def _svm_ova(s, y, gamma):
