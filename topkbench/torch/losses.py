@@ -36,9 +36,9 @@ from topkbench.losses.registry import get_method
 from topkbench.torch import projections as proj
 
 REDUCTIONS = ("mean", "sum", "none")
-# the projections start on each row's 2 k + PRESELECT_EXTRA largest margins
-# (:func:`~topkbench.torch.projections.preselected`)
-PRESELECT_EXTRA = 14
+# the smoothed hinges' projections start on each row's 2 k + PRESELECT_EXTRA largest margins
+# (:func:`_smoothed_hinge`; torch.topk's cost grows with the entries kept)
+PRESELECT_EXTRA = 2
 
 
 class _ExactLoss(torch.autograd.Function):
@@ -68,35 +68,59 @@ def _off_margins(s, y):
     return 1.0 + s.gather(1, idx) - s.gather(1, y[:, None]), idx
 
 
-def _on_scores(p, idx, y, m, cols=None):
+def _on_scores(p, idx, y, m):
     """The gradient in the scores of a function of the off-label margins with gradient ``p``
-    there (at the margins' positions ``cols``, all of them by default): ``p`` on the
-    off-label classes, ``-<1, p>`` at the label."""
+    there: ``p`` on the off-label classes, ``-<1, p>`` at the label."""
     G = torch.zeros((p.shape[0], m), dtype=p.dtype, device=p.device)
-    G.scatter_(1, idx if cols is None else idx.gather(1, cols), p)
+    G.scatter_(1, idx, p)
     G[torch.arange(p.shape[0], device=p.device), y] = -p.sum(dim=1)
     return G
 
 
-def _smoothed(z, t, c, gamma):
-    """Value and gradient ``p / gamma`` of ``max_{p in set(gamma)} (<z, p> - ||p||^2 / 2) /
-    gamma`` from the projection's thresholds ``p = clip(z - t, 0, c)`` (rows), on the margins
-    above t only (the others have p = 0): returns the value, ``p / gamma`` there and their
-    positions."""
-    q = max(int((z > t[:, None]).sum(dim=1).max()), 1)
-    top, cols = torch.topk(z, q, dim=1)
-    t, c = t[:, None], c[:, None]
-    p = torch.minimum((top - t).clamp_min(0.0), c)
-    over = torch.where(torch.isfinite(c), (top - t - c).clamp_min(0.0), 0.0)
-    capped = torch.where(torch.isfinite(c[:, 0]), c[:, 0] * over.sum(dim=1), 0.0)
-    value = (0.5 * (p * p).sum(dim=1) + t[:, 0] * p.sum(dim=1) + capped) / gamma
-    return value, p / gamma, cols
+def _smoothed_hinge(solve, s, y, q: int, gamma: float):
+    """Value and gradient of ``max_{p in set(gamma)} (<z, p> - ||p||^2 / 2) / gamma`` on the
+    off-label margins ``z = 1 + s_j - s_y``, with ``solve`` giving the thresholds of the
+    projection onto the set of radius gamma, ``p = clip(z - t, 0, c)`` (module docstring).
+
+    Each row is solved on its q largest margins, taken from the scores in their own dtype (the
+    order is the margins') and only then in float64, where that is exact (the test of
+    :mod:`topkbench.torch.projections`), else again on 4 q, up to all m - 1; p is zero below
+    t, so the value and the gradient only need the margins kept."""
+    B, m = s.shape
+    rows_all = torch.arange(B, device=s.device)
+    masked = s.clone()
+    masked[rows_all, y] = -math.inf
+    sy = s[rows_all, y].to(torch.float64)
+    value = torch.empty(B, dtype=torch.float64, device=s.device)
+    G = torch.zeros((B, m), dtype=torch.float64, device=s.device)
+    rows = rows_all
+    while rows.numel():
+        q = min(q, m - 1)
+        sub = masked if rows.numel() == B else masked[rows]
+        top, cols = torch.topk(sub, q, dim=1)
+        z = 1.0 + top.to(torch.float64) - sy[rows, None]
+        out = solve(z)
+        t, c, guard = out[0], out[1], out[2] if len(out) > 2 else out[0]
+        ok = guard >= z[:, -1] if q < m - 1 else torch.ones_like(t, dtype=torch.bool)
+        z, t, c, cols, done = z[ok], t[ok, None], c[ok, None], cols[ok], rows[ok]
+        p = torch.minimum((z - t).clamp_min(0.0), c)
+        finite = torch.isfinite(c[:, 0])
+        over = torch.where(finite[:, None], (z - t - c).clamp_min(0.0), 0.0)
+        capped = torch.where(finite, c[:, 0] * over.sum(dim=1), 0.0)
+        value[done] = (0.5 * (p * p).sum(dim=1) + t[:, 0] * p.sum(dim=1) + capped) / gamma
+        if done.numel() == B:  # every row at once (the usual case): in place
+            G.scatter_(1, cols, p / gamma)
+        else:
+            G[done] = G[done].scatter(1, cols, p / gamma)
+        G[done, y[done]] = -p.sum(dim=1) / gamma
+        rows = rows[~ok]
+        q *= 4
+    return value, G
 
 
 def _hinge(name, s, y, k, gamma):
     """SVM^Multi and the top-k hinges (pseudo alpha, beta): module docstring."""
     m = s.shape[1]
-    z, idx = _off_margins(s, y)
     if gamma > 0.0:
         if name == "svm_multi":
             solve = lambda v: proj.capped_simplex(v, math.inf, gamma)  # noqa: E731
@@ -106,9 +130,8 @@ def _hinge(name, s, y, k, gamma):
             solve = lambda v: proj.dk_parts(v, k, gamma)  # noqa: E731
         else:
             solve = lambda v: proj.topk_simplex(v, k, gamma)  # noqa: E731
-        t, c = proj.preselected(solve, z, PRESELECT_EXTRA + 2 * k)
-        value, p, cols = _smoothed(z, t, c, gamma)
-        return value, _on_scores(p, idx, y, m, cols)
+        return _smoothed_hinge(solve, s, y, PRESELECT_EXTRA + 2 * k, gamma)
+    z, idx = _off_margins(s, y)
     top, _ = torch.topk(z, min(k, z.shape[1]), dim=1)
     T_k = top.sum(dim=1)
     if name == "svm_multi":
@@ -292,8 +315,6 @@ def _lr_ml(s, Y):
 MULTICLASS = ("svm_ova", "lr_ova", "svm_multi", "lr_multi", "topk_svm_alpha",
               "topk_svm_alpha_pseudo", "topk_svm_beta", "topk_ent", "topk_ent_tr")  # fmt: skip
 MULTILABEL = ("svm_ml", "lr_ml")
-# the losses whose smoothed gradient is a projection (computed in float64)
-PROJECTED = ("svm_multi", "topk_svm_alpha", "topk_svm_alpha_pseudo", "topk_svm_beta", "svm_ml")
 AVAILABLE = MULTICLASS + MULTILABEL
 
 
@@ -381,9 +402,10 @@ def loss(method: str, scores, target, k: int = 1, gamma: float = 0.0, reduction:
     name, target, k, gamma = _check(method, scores, target, k, gamma, reduction)
     with torch.no_grad():
         s = scores.detach()
-        if gamma > 0.0 and name in PROJECTED:
+        if gamma > 0.0 and name == "svm_ml":
             # in float64 whatever the scores' precision: a smoothed hinge's gradient is
-            # clip(z - t, 0, c) / gamma, which float32 loses once gamma nears ulp(z)
+            # clip(z - t, 0, c) / gamma, which float32 loses once gamma nears ulp(z) (the
+            # other hinges convert the margins they keep, _smoothed_hinge)
             s = s.to(torch.float64)
         if target.is_floating_point():
             target = target.to(s.dtype)

@@ -13,9 +13,12 @@ kernels of :mod:`topkbench.prox.topk` do (NIPS 001 §4, their derivations in tha
 * :func:`bipartite`: the bipartite simplex B(r) of SVM^ML (TPAMI 002 eq. (17)), thresholds
   ``(t, s)`` of its two blocks.
 
-All rows are solved at once; the only loops are over the ``k + 1`` sizes of the capped set in
-:func:`topk_cone`, and over the rounds of :func:`preselected`, which solves each row on its
-few largest entries when that is exact.
+All rows are solved at once; the only loop is over the ``k + 1`` sizes of the capped set in
+:func:`topk_cone`.  Every solution is ``clip(z - t, 0, c)`` and its sums only involve entries
+above t, so a row may be solved on its few largest entries: where the smallest threshold the
+solver used (``guard``) is at least the smallest entry kept, the left-out entries get 0 and
+the result is the whole row's (:func:`topkbench.torch.losses._smoothed_hinge`, as
+:func:`topkbench.prox.topk.topk_threshold` does in numba).
 """
 
 from __future__ import annotations
@@ -134,7 +137,7 @@ def topk_cone(z: torch.Tensor, k: int):
 def topk_simplex(z: torch.Tensor, k: int, r):
     """Thresholds ``(t, c, guard)`` of the projection of each row of ``z`` onto
     Delta_k^alpha(r) = ``{p >= 0, <1, p> <= r, p_j <= <1, p> / k}`` (``guard``: the smallest
-    threshold the choice used, for :func:`preselected`).
+    threshold the choice used: the module docstring's test).
 
     On ``<1, p> = r`` the cone's constraints are the box ``r / k``, so with ``F(s)`` the
     distance to the set's slice of sum s (convex, :mod:`topkbench.prox.topk`) the solution is
@@ -154,8 +157,8 @@ def topk_simplex(z: torch.Tensor, k: int, r):
 
 
 def dk_parts(z: torch.Tensor, k: int, r):
-    """:func:`dk_set` with the smallest threshold of the solutions it chose between (which
-    :func:`preselected` checks).
+    """:func:`dk_set` with the smallest threshold of the solutions it chose between (the
+    module docstring's test).
 
     Step (ii)'s cone solution is the answer iff its sum ``s*`` is at most ``(k - 1) r / k``
     (then its largest entry ``s* / (k - 1)`` is within the box and its sum within r); with
@@ -189,30 +192,6 @@ def dk_set(z: torch.Tensor, k: int, r):
     where its solution meets the box and the radius; (iii) else the knapsack with box ``r / k``
     and sum ``(k - 1) r / k``."""
     t, c, _ = dk_parts(z, k, r)
-    return t, c
-
-
-def preselected(solve, z: torch.Tensor, q: int):
-    """``solve(z)`` (thresholds ``(t, c)``, or ``(t, c, guard)``) computed on each row's q
-    largest entries only, as :func:`topkbench.prox.topk.topk_threshold` does: every
-    projection here is ``clip(z - t, 0, c)`` and its sums only involve entries above t, so
-    where the smallest threshold used (``guard``, t by default) is at least the smallest
-    entry kept, the left-out entries get 0 and the result is the whole row's.  Rows where it is
-    not are solved again on 4 q entries, up to the whole row.  A sort and the searches of
-    the solvers cost ``O(n log n)`` per row; ``torch.topk`` of a few entries far less."""
-    B, n = z.shape
-    t = torch.empty(B, dtype=z.dtype, device=z.device)
-    c = torch.empty(B, dtype=z.dtype, device=z.device)
-    rows = torch.arange(B, device=z.device)
-    while rows.numel():
-        sub = z if rows.numel() == B else z[rows]
-        top = sub if q >= n else torch.topk(sub, q, dim=1).values
-        out = solve(top)
-        ts, cs, guard = out[0], out[1], out[2] if len(out) > 2 else out[0]
-        ok = torch.ones_like(ts, dtype=torch.bool) if q >= n else guard >= top[:, -1]
-        t[rows[ok]], c[rows[ok]] = ts[ok], cs[ok]
-        rows = rows[~ok]
-        q *= 4
     return t, c
 
 
@@ -277,7 +256,6 @@ __all__ = [
     "capped_simplex",
     "dk_parts",
     "dk_set",
-    "preselected",
     "least_norm_top",
     "topk_cone",
     "topk_simplex",
