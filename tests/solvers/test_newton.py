@@ -1039,3 +1039,45 @@ def test_ova_hinge_takes_the_separable_route_at_any_size():
         phases = plan("features", d, m, ova, 0.0, n=n)
         assert [p.name for p in phases] == ["plain", "newton-separable", "accelerated", "plain"]
     assert "predicted epochs" in describe(plan("features", 784, 101, ova, 0.0, n=4100))
+
+
+def test_a_stall_hands_on_when_some_classes_do_not_move(problem_factory, monkeypatch):
+    """The per-class line search leaves classes without descent where they are (t_c = 0);
+    the stall rule still counts the steps of the others as full, so a Newton phase whose gap
+    stops falling hands on after STALL_ITERATIONS instead of running to its budget."""
+    import topkbench.solvers.newton as newton
+    from topkbench.solvers import line_search
+
+    X, y = problem_factory(n=30, d=3, m=5, seed=49)
+    X = ill_conditioned(X)
+    real_direction = newton_steps.separable_direction
+    real_steps = line_search.separable_steps
+
+    def useless(*args):
+        D = real_direction(*args)
+        return None if D is None else 1e-9 * D
+
+    def pinned(*args):
+        t = real_steps(*args)
+        if t is not None:
+            t = t.copy()
+            t[0] = 0.0  # class 0 never moves
+        return t
+
+    monkeypatch.setattr(newton_steps, "separable_direction", useless)
+    monkeypatch.setattr(line_search, "separable_steps", pinned)
+    model = topkbench.fit(X, y, "svm_ova", C=10.0, gamma=0.5, eps=1e-6, accelerate="newton",
+                          max_epochs=100_000)  # fmt: skip
+    assert model.converged and "accelerated_from_epoch" in model.info
+    assert model.info["newton_iterations"] == newton.STALL_ITERATIONS
+
+
+def test_separable_cost_model_prices_a_refused_system_as_never_paying(problem_factory,
+                                                                      monkeypatch):  # fmt: skip
+    """Per-class systems past the route's limit (their margin examples and d both above it)
+    cost infinitely many epochs: the rules never hand over to a refusal."""
+    X, y = problem_factory(n=40, d=6, m=2, seed=3)
+    prob = SDCAProblem(X, y, gram=False, n_classes=2, loss_id=get_method("svm_ova").loss_id, k=1)
+    assert np.isfinite(plan.newton_cost_epochs(prob))
+    monkeypatch.setattr(plan, "WOODBURY_MAX_RANK", 5)
+    assert plan.newton_cost_epochs(prob) == np.inf

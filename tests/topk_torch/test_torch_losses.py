@@ -274,3 +274,54 @@ def test_projections_on_the_largest_margins_fall_back_to_whole_rows(method):
         np.testing.assert_allclose(value, numba_values(method, S, y, kk, gamma), rtol=1e-10,
                                    atol=1e-10)  # fmt: skip
         np.testing.assert_allclose(grad, numba_gradient(method, S, y, kk, gamma), atol=1e-10)
+
+
+@pytest.mark.parametrize("method", ["svm_multi", "topk_svm_alpha", "topk_svm_alpha_pseudo",
+                                    "topk_svm_beta", "svm_ml"])  # fmt: skip
+@pytest.mark.parametrize("scale,gamma", [(1e4, 1e-3), (1e4, 1e-6), (1e3, 1e-8)])
+def test_smoothed_values_keep_their_accuracy_for_large_margins(method, scale, gamma):
+    """With the label scored far below the others the thresholds are large; the values use the
+    sum of p the solution defines (the radius, k c, ...), not the rounded sum, and agree with
+    the kernels to 1e-10 relative, never above the gamma = 0 loss."""
+    rng = np.random.default_rng(17)
+    S = rng.standard_normal((60, 10)) * scale
+    if method == "svm_ml":
+        y = np.zeros((60, 10))
+        y[:, 0] = 1.0
+    else:
+        y = np.zeros(60, dtype=np.int64)
+    S[:, 0] -= 3 * scale
+    k = 1 if method in ("svm_multi", "svm_ml") else 3
+    value, _ = _torch_values_and_grad(method, S, y, k, gamma)
+    np.testing.assert_allclose(value, numba_values(method, S, y, k, gamma), rtol=1e-10)
+    assert (value <= numba_values(method, S, y, k, 0.0) * (1 + 1e-12)).all()
+
+
+def test_a_second_derivative_is_refused():
+    """Only first derivatives exist: a second backward through the loss raises instead of
+    silently dropping the Hessian's term (here d/dS <grad(L^2), v>)."""
+    S = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    value = loss("lr_multi", S, torch.tensor([0, 1, 2]))
+    (g,) = torch.autograd.grad(value**2, S, create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable|differentiable"):
+        (g * torch.ones_like(g)).sum().backward()
+
+
+def test_numpy_and_tensor_integers_are_accepted_as_k():
+    S = torch.randn(4, 6, dtype=torch.float64)
+    y = torch.tensor([0, 1, 2, 3])
+    want = loss("topk_svm_beta", S, y, k=2, gamma=1.0)
+    assert loss("topk_svm_beta", S, y, k=np.int64(2), gamma=1.0).item() == want.item()
+    assert loss("topk_svm_beta", S, y, k=torch.tensor(2).item(), gamma=1.0).item() == want.item()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("method,k", [("topk_ent_tr", 1), ("topk_ent", 1), ("lr_multi", 1),
+                                      ("topk_svm_beta", 1)])  # fmt: skip
+def test_half_precision_margins_beyond_its_range_keep_finite_gradients(dtype, method, k):
+    """Scores of +-4e4 in float16: the margin 8e4 passes float16's range; the losses are
+    evaluated in float32 and their gradients stay finite."""
+    S = torch.tensor([[4e4, -4e4, 0.0]], dtype=dtype, requires_grad=True)
+    loss(method, S, torch.tensor([1]), k=k, gamma=1.0 if method == "topk_svm_beta" else 0.0
+         ).backward()  # fmt: skip
+    assert torch.isfinite(S.grad.float()).all() and S.grad.dtype == dtype

@@ -240,7 +240,9 @@ class _NewtonPhase:
         if G_next is not None and not deriv.adopt_gradient(S_stage + t * SD, self.stage_gamma,
                                                            G_next):  # fmt: skip
             G_next = None
-        self.full_step = bool(np.all(t == 1.0))
+        # a class-separable loss steps per class; those without descent stay (t_c = 0)
+        moved = np.atleast_1d(t) > 0.0
+        self.full_step = bool(np.all(np.atleast_1d(t)[moved] == 1.0))
         self.W = self.W + t * D
         self.S = prob.scores(self.W)  # the certificate needs P of W itself, not summed scores
         self.info["newton_iterations"] += 1

@@ -153,6 +153,8 @@ def newton_cost_epochs(prob: SDCAProblem, smooth: bool = False) -> float:
     route = route_of(prob)
     if route == "separable":
         r = float(prob.n) * (2.0 if smooth else 1.0) / prob.m  # per class
+        if min(r, d) > WOODBURY_MAX_RANK:
+            return math.inf  # systems the route would refuse: no hand-over to it
         solve = min(r * r * d + r**3 / 3.0, r * d * d + d**3 / 3.0)
         # the per-class solves are so small that the products with X (the step's scores and
         # the gradient) count too

@@ -29,6 +29,7 @@ in float32).
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 
@@ -43,7 +44,7 @@ PRESELECT_EXTRA = 2
 
 class _ExactLoss(torch.autograd.Function):
     """Per-example losses whose gradient in the scores was computed with them: backward
-    scales it by the incoming gradient (first derivatives only)."""
+    scales it by the incoming gradient (first derivatives only: a second backward raises)."""
 
     @staticmethod
     def forward(ctx, scores, values, grad):
@@ -51,6 +52,7 @@ class _ExactLoss(torch.autograd.Function):
         return values
 
     @staticmethod
+    @torch.autograd.function.once_differentiable
     def backward(ctx, upstream):
         (grad,) = ctx.saved_tensors
         return upstream[:, None] * grad, None, None
@@ -99,15 +101,18 @@ def _smoothed_hinge(solve, s, y, q: int, gamma: float):
         sub = masked if rows.numel() == B else masked[rows]
         top, cols = torch.topk(sub, q, dim=1)
         z = 1.0 + top.to(torch.float64) - sy[rows, None]
-        out = solve(z)
-        t, c, guard = out[0], out[1], out[2] if len(out) > 2 else out[0]
+        t, c, guard, total = solve(z)
         ok = guard >= z[:, -1] if q < m - 1 else torch.ones_like(t, dtype=torch.bool)
         z, t, c, cols, done = z[ok], t[ok, None], c[ok, None], cols[ok], rows[ok]
         p = torch.minimum((z - t).clamp_min(0.0), c)
+        # <1, p> as the solution defines it where known (r, k c, ...): t times the rounded
+        # sum would carry |t| ulp(z) / gamma, which is large for large margins
+        total = total[ok]
+        total = torch.where(torch.isnan(total), p.sum(dim=1), total)
         finite = torch.isfinite(c[:, 0])
         over = torch.where(finite[:, None], (z - t - c).clamp_min(0.0), 0.0)
         capped = torch.where(finite, c[:, 0] * over.sum(dim=1), 0.0)
-        value[done] = (0.5 * (p * p).sum(dim=1) + t[:, 0] * p.sum(dim=1) + capped) / gamma
+        value[done] = (0.5 * (p * p).sum(dim=1) + t[:, 0] * total + capped) / gamma
         if done.numel() == B:  # every row at once (the usual case): in place
             G.scatter_(1, cols, p / gamma)
         else:
@@ -123,9 +128,9 @@ def _hinge(name, s, y, k, gamma):
     m = s.shape[1]
     if gamma > 0.0:
         if name == "svm_multi":
-            solve = lambda v: proj.capped_simplex(v, math.inf, gamma)  # noqa: E731
+            solve = lambda v: proj.knapsack(v, math.inf, gamma)  # noqa: E731
         elif name == "topk_svm_beta":
-            solve = lambda v: proj.capped_simplex(v, gamma / k, gamma)  # noqa: E731
+            solve = lambda v: proj.knapsack(v, gamma / k, gamma)  # noqa: E731
         elif name == "topk_svm_alpha":
             solve = lambda v: proj.dk_parts(v, k, gamma)  # noqa: E731
         else:
@@ -295,7 +300,8 @@ def _svm_ml(s, Y, gamma):
     p = torch.where(Yb, (b - t[:, None]).clamp_min(0.0), 0.0)
     pbar = torch.where(Yb, 0.0, (bbar - sb[:, None]).clamp_min(0.0))
     ts = t + sb
-    value = (torch.where(ts > 0, ts * p.sum(dim=1), 0.0)
+    # the common sum is gamma exactly where the radius binds (t + s > 0)
+    value = (torch.where(ts > 0, ts * gamma, 0.0)
              + 0.5 * ((p * p).sum(dim=1) + (pbar * pbar).sum(dim=1))) / gamma  # fmt: skip
     value = torch.where(ranks, value.clamp_min(0.0), 0.0)
     return value, torch.where(ranks[:, None], (pbar - p) / gamma, 0.0)
@@ -337,8 +343,9 @@ def _check(method: str, scores, target, k, gamma, reduction):
         raise ValueError(f"scores need at least 2 classes (columns), got {m}")
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduction must be one of {', '.join(REDUCTIONS)}, got {reduction!r}")
-    if isinstance(k, bool) or not isinstance(k, int):
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral):
         raise ValueError(f"k must be an integer in [1, {m - 1}], got {k!r}")
+    k = int(k)
     if "k" in spec.params:
         if not 1 <= k <= m - 1:
             raise ValueError(f"k must be in [1, {m - 1}] for m = {m} classes, got {k}")
@@ -402,6 +409,8 @@ def loss(method: str, scores, target, k: int = 1, gamma: float = 0.0, reduction:
     name, target, k, gamma = _check(method, scores, target, k, gamma, reduction)
     with torch.no_grad():
         s = scores.detach()
+        if s.dtype in (torch.float16, torch.bfloat16):
+            s = s.float()  # margins and exponentials in half precision overflow at 6.5e4
         if gamma > 0.0 and name == "svm_ml":
             # in float64 whatever the scores' precision: a smoothed hinge's gradient is
             # clip(z - t, 0, c) / gamma, which float32 loses once gamma nears ulp(z) (the

@@ -134,10 +134,21 @@ def topk_cone(z: torch.Tensor, k: int):
     return best_t, best_c
 
 
+def knapsack(z: torch.Tensor, cap, r):
+    """:func:`capped_simplex` as the losses take it: ``(t, c, guard, s)`` with ``s = r``
+    where the sum constraint binds (``t > 0``: exactly r, not the rounded sum of p) and NaN
+    elsewhere (there ``t = 0``)."""
+    t, c = capped_simplex(z, cap, r)
+    r = torch.as_tensor(r, dtype=z.dtype, device=z.device).expand(z.shape[0])
+    return t, c, t, torch.where(t > 0, r, torch.nan)
+
+
 def topk_simplex(z: torch.Tensor, k: int, r):
-    """Thresholds ``(t, c, guard)`` of the projection of each row of ``z`` onto
+    """Thresholds ``(t, c, guard, s)`` of the projection of each row of ``z`` onto
     Delta_k^alpha(r) = ``{p >= 0, <1, p> <= r, p_j <= <1, p> / k}`` (``guard``: the smallest
-    threshold the choice used: the module docstring's test).
+    threshold the choice used: the module docstring's test; ``s``: the sum of p as the
+    solution defines it, r on the radius and ``k c`` in the cone, which the losses' values
+    use instead of the rounded sum).
 
     On ``<1, p> = r`` the cone's constraints are the box ``r / k``, so with ``F(s)`` the
     distance to the set's slice of sum s (convex, :mod:`topkbench.prox.topk`) the solution is
@@ -149,16 +160,19 @@ def topk_simplex(z: torch.Tensor, k: int, r):
     excess = (z - t_r[:, None] - c_r[:, None]).clamp_min(0.0).sum(dim=1)
     on_face = t_r + excess / k >= 0
     if bool(on_face.all()):
-        return t_r, c_r, t_r
+        return t_r, c_r, t_r, r
     t_c, c_c = topk_cone(z, k)
     t = torch.where(on_face, t_r, t_c)
     c = torch.where(on_face, c_r, c_c)
-    return t, c, torch.where(on_face, t_r, torch.minimum(t_r, t_c))
+    guard = torch.where(on_face, t_r, torch.minimum(t_r, t_c))
+    return t, c, guard, torch.where(on_face, r, k * c_c)
 
 
 def dk_parts(z: torch.Tensor, k: int, r):
     """:func:`dk_set` with the smallest threshold of the solutions it chose between (the
-    module docstring's test).
+    module docstring's test) and the sum of p as the chosen solution defines it (r where
+    step (i)'s radius binds, ``(k - 1) c`` on the cone, ``(k - 1) r / k`` on step (iii); NaN
+    where ``t = 0``), as :func:`topk_simplex` returns them.
 
     Step (ii)'s cone solution is the answer iff its sum ``s*`` is at most ``(k - 1) r / k``
     (then its largest entry ``s* / (k - 1)`` is within the box and its sum within r); with
@@ -168,11 +182,13 @@ def dk_parts(z: torch.Tensor, k: int, r):
     answer."""
     r = torch.as_tensor(r, dtype=z.dtype, device=z.device).expand(z.shape[0])
     t, c = capped_simplex(z, r / k, r)
+    s = torch.where(t > 0, r, torch.nan)
     if k <= 2:
-        return t, c, t
+        return t, c, t, s
     p = torch.minimum((z - t[:, None]).clamp_min(0.0), c[:, None])
     done = (k - 1) * p.amax(dim=1) <= p.sum(dim=1) * (1 + 1e-12)
     t3, c3 = capped_simplex(z, r / k, (k - 1) * r / k, force_sum=True)
+    s3 = (k - 1) * r / k
     excess = (z - t3[:, None] - c3[:, None]).clamp_min(0.0).sum(dim=1)
     cone = ~done & (t3 + excess / (k - 1) <= 0)
     guard = torch.where(done, t, torch.minimum(t, t3))
@@ -180,8 +196,10 @@ def dk_parts(z: torch.Tensor, k: int, r):
         t2, c2 = topk_cone(z, k - 1)
         t3 = torch.where(cone, t2, t3)
         c3 = torch.where(cone, c2, c3)
+        s3 = torch.where(cone, (k - 1) * c2, s3)
         guard = torch.where(cone, torch.minimum(guard, t2), guard)
-    return torch.where(done, t, t3), torch.where(done, c, c3), guard
+    return (torch.where(done, t, t3), torch.where(done, c, c3), guard,
+            torch.where(done, s, s3))  # fmt: skip
 
 
 def dk_set(z: torch.Tensor, k: int, r):
@@ -191,7 +209,7 @@ def dk_set(z: torch.Tensor, k: int, r):
     where its solution meets the top-(k - 1) cone (or k <= 2); (ii) else the top-(k - 1) cone
     where its solution meets the box and the radius; (iii) else the knapsack with box ``r / k``
     and sum ``(k - 1) r / k``."""
-    t, c, _ = dk_parts(z, k, r)
+    t, c, _, _ = dk_parts(z, k, r)
     return t, c
 
 
