@@ -27,6 +27,11 @@ def test_cli_times_the_linear_rows_of_a_protocol(tmp_path):
     report = (tmp_path / "protocol_table7_smoke.md").read_text()
     assert "SVM^ML_gamma" in report and "(RBF)" not in report
     assert "selected models certified: 21 of 21" in res.output
+    # the timed sweep shows its progress (a long protocol is not silent until its table)
+    assert (
+        "table7_smoke (timed) [" in res.output
+        and f"{summary['fits']}/{summary['fits']}" in res.output
+    )
 
 
 def test_cli_refuses_an_unknown_row(tmp_path):

@@ -435,7 +435,7 @@ def bench_protocol_cmd(
 
     from topkbench.atomic import write_outputs, write_text
     from topkbench.bench.protocol import bench_protocol
-    from topkbench.cli.experiments import _available_datasets
+    from topkbench.cli.experiments import _available_datasets, sweep_progress
     from topkbench.config import ExperimentConfig
     from topkbench.errors import ConfigError
 
@@ -451,7 +451,9 @@ def bench_protocol_cmd(
     if not rows:
         raise ConfigError(f"experiment {exp.name} has no row left to run")
     exp = _available_datasets(replace(exp, rows=rows), skip_missing=False)
-    timing, report = bench_protocol(exp, out)
+    counts = {"done": 0, "cached": 0, "failed": 0, "skipped": 0, "not_converged": 0}
+    with sweep_progress(f"{exp.name} (timed)", counts) as (on_done, on_stage):
+        timing, report = bench_protocol(exp, out, on_done, on_stage)
     stem = out / f"protocol_{exp.name}"
     summary = {k: v for k, v in asdict(timing).items() if k != "rows"}
     summary["fits_per_second"] = timing.fits_per_second

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import typer
@@ -31,8 +32,6 @@ def sweep(
     ),
 ) -> None:
     setup_logging(verbose)
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from topkbench.config import ExperimentConfig
     from topkbench.experiments.sweep import run_sweep
 
@@ -50,32 +49,7 @@ def sweep(
         exp.results_dir,
         exp.name,
     )
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[stats]}"),
-        TimeElapsedColumn(),
-        transient=False,
-        console=None,
-    ) as progress:
-        task = progress.add_task(exp.name, total=0, stats="")
-
-        def on_stage(name: str, n_fits: int) -> None:
-            total = progress.tasks[0].total or 0
-            progress.update(task, total=total + n_fits, description=f"{exp.name} [{name}]")
-
-        def on_done(s):
-            for key in counts:
-                counts[key] += getattr(s, key)
-            for e in s.errors:
-                log.error("%s %s draw %d %s: %s", s.dataset, s.row, s.draw, s.fold, e)
-            progress.update(
-                task,
-                advance=s.done + s.cached + s.failed + s.skipped,
-                stats=f"done {counts['done']} cached {counts['cached']} failed {counts['failed']}",
-            )
-
+    with sweep_progress(exp.name, counts) as (on_done, on_stage):
         run_sweep(exp, on_done, on_stage)
     log.info(
         "finished: %d new, %d cached, %d failed, %d skipped (k >= m); "
@@ -88,6 +62,44 @@ def sweep(
     )
     if counts["failed"]:
         raise typer.Exit(1)
+
+
+@contextmanager
+def sweep_progress(name: str, counts: dict[str, int]):
+    """A progress bar over a sweep's fits (stage by stage, with the counts of new, cached
+    and failed fits, which ``counts`` accumulates): yields the sweep's ``(on_path_done,
+    on_stage)`` callbacks.  A path's errors are logged as it ends."""
+    from rich.markup import escape
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[stats]}"),
+        TimeElapsedColumn(),
+        transient=False,
+        console=None,
+    ) as progress:
+        task = progress.add_task(name, total=0, stats="")
+
+        def on_stage(stage: str, n_fits: int) -> None:
+            total = progress.tasks[0].total or 0
+            # escaped: rich would read "[stage]" as a style tag and drop it
+            progress.update(task, total=total + n_fits, description=escape(f"{name} [{stage}]"))
+
+        def on_done(s):
+            for key in counts:
+                counts[key] += getattr(s, key)
+            for e in s.errors:
+                log.error("%s %s draw %d %s: %s", s.dataset, s.row, s.draw, s.fold, e)
+            progress.update(
+                task,
+                advance=s.done + s.cached + s.failed + s.skipped,
+                stats=f"done {counts['done']} cached {counts['cached']} failed {counts['failed']}",
+            )
+
+        yield on_done, on_stage
 
 
 def _available_datasets(exp, skip_missing: bool):
