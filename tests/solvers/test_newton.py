@@ -1081,3 +1081,42 @@ def test_separable_cost_model_prices_a_refused_system_as_never_paying(problem_fa
     assert np.isfinite(plan.newton_cost_epochs(prob))
     monkeypatch.setattr(plan, "WOODBURY_MAX_RANK", 5)
     assert plan.newton_cost_epochs(prob) == np.inf
+
+
+def test_newton_cg_on_csr_features_is_priced_not_taken_at_once():
+    """On CSR features a Hessian-vector product costs about an epoch: above the conditioning
+    threshold Newton-CG is not taken at the first certificate (a warm start often converges in
+    a few plain epochs, where one CG iteration costs dozens) but once plain SDCA is predicted to
+    need more than 5 sqrt(C R^2 / mu) epochs; on dense features it is taken at once, as
+    before."""
+    from topkbench.solvers.accelerated import condition_number
+    from topkbench.solvers.problem import Run, TracePoint
+
+    rng = np.random.default_rng(7)
+    X = rng.standard_normal((50, 40))
+    y = rng.integers(0, 30, 50)
+    lid = get_method("lr_multi").loss_id
+    dense = SDCAProblem(X, y, gram=False, n_classes=30, loss_id=lid, k=1)
+    csr = SDCAProblem(sp.csr_matrix(X), y, gram=False, n_classes=30, loss_id=lid, k=1)
+    assert plan.route_of(dense) == plan.route_of(csr) == "cg"
+    C = 1e3
+    cond = condition_number(csr, C, 0.0)
+    assert cond >= plan.ACCEL_MIN_CONDITION
+
+    def run_with(epochs, gaps):
+        run = Run(10, eps=1e-3, max_epochs=1000, time_limit=None, seed=0, on_eval=None)
+        step = epochs // (len(gaps) - 1)
+        run.trace = [TracePoint(step * i, 1.0, 0.0, g, 0.0) for i, g in enumerate(gaps)]
+        run.epochs = epochs
+        return run
+
+    first = run_with(1, [0.5, 0.4])
+    assert plan.hand_over(first, dense, "auto", C, 0.0)
+    assert not plan.hand_over(first, csr, "auto", C, 0.0)  # before PREDICTED_MIN_EPOCHS
+    cost = plan.newton_cost_epochs(csr, True, cond)
+    assert cost == pytest.approx(5 * np.sqrt(cond))
+    fast = run_with(20, [1e-1, 2e-3])  # plain SDCA about to reach eps
+    slow = run_with(20, [1e-1, 0.99e-1])  # some 9,000 more epochs predicted
+    assert not plan.hand_over(fast, csr, "auto", C, 0.0)
+    assert plan.hand_over(slow, csr, "auto", C, 0.0)
+    assert plan.can_hand_over(csr, "auto", 1e-3, 0.0, 1e-3)  # watched at any conditioning
