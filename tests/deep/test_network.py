@@ -3,15 +3,11 @@ trained and fine-tuned with the registry's losses."""
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
+from torch_required import import_torch
 
-if os.environ.get("TOPKBENCH_REQUIRE_TORCH"):
-    import torch
-else:
-    torch = pytest.importorskip("torch", reason="the extra topkbench[torch] is not installed")
+torch = import_torch()
 
 from topkbench.deep.network import (  # noqa: E402
     Schedule,

@@ -6,15 +6,12 @@ scores up to 1e4, gamma down to 1e-8, k up to m - 1, float32, m = 1,000 with bat
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 import pytest
+from torch_required import import_torch
 
-if os.environ.get("TOPKBENCH_REQUIRE_TORCH"):
-    import torch  # CI installs the extra: a missing torch fails here instead of skipping
-else:
-    torch = pytest.importorskip("torch", reason="the extra topkbench[torch] is not installed")
+torch = import_torch()
 
 from topk_torch.reference import (  # noqa: E402
     HINGES,

@@ -132,7 +132,7 @@ def _hinge(name, s, y, k, gamma):
         elif name == "topk_svm_beta":
             solve = lambda v: proj.knapsack(v, gamma / k, gamma)  # noqa: E731
         elif name == "topk_svm_alpha":
-            solve = lambda v: proj.dk_parts(v, k, gamma)  # noqa: E731
+            solve = lambda v: proj.dk_set(v, k, gamma)  # noqa: E731
         else:
             solve = lambda v: proj.topk_simplex(v, k, gamma)  # noqa: E731
         return _smoothed_hinge(solve, s, y, PRESELECT_EXTRA + 2 * k, gamma)

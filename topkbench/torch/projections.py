@@ -31,6 +31,26 @@ def _prefix(v: torch.Tensor) -> torch.Tensor:
     return torch.cat([torch.zeros_like(v[:, :1]), torch.cumsum(v, dim=1)], dim=1)
 
 
+def _excess(asc: torch.Tensor, pre: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """``<1, (v - t)_+>`` of each row v at the (B x q) points t, from the row sorted ascending
+    (``asc``) and its prefix sums (``pre``, :func:`_prefix`)."""
+    n = asc.shape[1]
+    above = n - torch.searchsorted(asc, t.contiguous(), right=True)  # v_j > t
+    return (pre[:, -1:] - torch.gather(pre, 1, n - above)) - t * above
+
+
+def _root(points: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """The root of each row's decreasing piecewise-linear function whose values at its sorted
+    breakpoints ``points`` (every one included, f > 0 at the first) are ``values``: exact by
+    interpolation on the piece that brackets it."""
+    last = (values > 0).sum(dim=1, keepdim=True).clamp(1, points.shape[1] - 1) - 1
+    t0, t1 = torch.gather(points, 1, last), torch.gather(points, 1, last + 1)
+    f0, f1 = torch.gather(values, 1, last), torch.gather(values, 1, last + 1)
+    width = f0 - f1
+    t = torch.where(width > 0, t0 + f0 / torch.where(width > 0, width, 1.0) * (t1 - t0), t1)
+    return t[:, 0]
+
+
 def capped_simplex(z: torch.Tensor, cap, r, force_sum: bool = False):
     """Thresholds ``(t, c)`` of the projection of each row of ``z`` onto ``{0 <= p <= cap,
     <1, p> <= r}`` (``<1, p> = r`` with ``force_sum``); ``cap`` and ``r`` are scalars or
@@ -41,36 +61,23 @@ def capped_simplex(z: torch.Tensor, cap, r, force_sum: bool = False):
     0, cap)> - r``, whose breakpoints are the ``z_j`` and ``z_j - cap``: f is evaluated at
     every breakpoint from the sorted ``z`` and its prefix sums, and the root interpolated
     exactly on the piece that brackets it."""
-    B, n = z.shape
+    B = z.shape[0]
     cap = torch.as_tensor(cap, dtype=z.dtype, device=z.device).expand(B)
     r = torch.as_tensor(r, dtype=z.dtype, device=z.device).expand(B)
     asc, _ = torch.sort(z, dim=1)
     pre = _prefix(asc)
-    total = pre[:, -1:]
+    finite = torch.isfinite(cap)[:, None]
 
     def f(t):
-        """``<1, clip(z - t, 0, cap)> - r`` at the (B x q) points t."""
-        above = n - torch.searchsorted(asc, t.contiguous(), right=True)  # z_j > t
-        top = t + cap[:, None]
-        capped = n - torch.searchsorted(asc, top.contiguous(), right=False)  # z_j >= t + cap
-        s_above = total - torch.gather(pre, 1, n - above)
-        s_capped = total - torch.gather(pre, 1, n - capped)
-        free = (s_above - s_capped) - t * (above - capped)
-        capped_part = torch.where(capped > 0, cap[:, None] * capped, torch.zeros_like(t))
-        return capped_part + free - r[:, None]
+        """``<1, clip(z - t, 0, cap)> - r = <1, (z - t)_+> - <1, (z - t - cap)_+> - r`` at
+        the (B x q) points t."""
+        over = _excess(asc, pre, torch.where(finite, t + cap[:, None], t))
+        return _excess(asc, pre, t) - torch.where(finite, over, 0.0) - r[:, None]
 
-    finite = torch.isfinite(cap)
-    low = torch.where(finite[:, None], asc - cap[:, None], asc)
+    low = torch.where(finite, asc - cap[:, None], asc)
     lower = torch.minimum(asc[:, :1], low[:, :1]) - r[:, None].abs() - 1.0
     points, _ = torch.sort(torch.cat([lower, low, asc], dim=1), dim=1)
-    values = f(points)  # decreasing in the points: > 0 at the first, <= 0 from some point on
-    # the last breakpoint with f > 0, and the next one (f <= 0 there)
-    last = (values > 0).sum(dim=1, keepdim=True).clamp(1, points.shape[1] - 1) - 1
-    t0, t1 = torch.gather(points, 1, last), torch.gather(points, 1, last + 1)
-    f0, f1 = torch.gather(values, 1, last), torch.gather(values, 1, last + 1)
-    width = f0 - f1
-    t = torch.where(width > 0, t0 + f0 / torch.where(width > 0, width, 1.0) * (t1 - t0), t1)
-    t = t[:, 0]
+    t = _root(points, f(points))
     if not force_sum:
         inside = f(torch.zeros_like(t)[:, None])[:, 0] <= 0
         t = torch.where(inside, torch.zeros_like(t), t)
@@ -168,11 +175,16 @@ def topk_simplex(z: torch.Tensor, k: int, r):
     return t, c, guard, torch.where(on_face, r, k * c_c)
 
 
-def dk_parts(z: torch.Tensor, k: int, r):
-    """:func:`dk_set` with the smallest threshold of the solutions it chose between (the
-    module docstring's test) and the sum of p as the chosen solution defines it (r where
-    step (i)'s radius binds, ``(k - 1) c`` on the cone, ``(k - 1) r / k`` on step (iii); NaN
-    where ``t = 0``), as :func:`topk_simplex` returns them.
+def dk_set(z: torch.Tensor, k: int, r):
+    """Thresholds ``(t, c, guard, s)`` of the projection of each row of ``z`` onto D_k(r) =
+    ``{p >= 0, <1, p> <= r, p_j <= r / k, (k - 1) p_j <= <1, p>}`` (the conjugate domain of the
+    top-k hinge alpha as printed), by DESIGN §4.1's three primitives, row by row: (i)
+    Delta_k^beta(r) where its solution meets the top-(k - 1) cone (or k <= 2); (ii) else the
+    top-(k - 1) cone where its solution meets the box and the radius; (iii) else the knapsack
+    with box ``r / k`` and sum ``(k - 1) r / k``.  ``guard`` is the smallest threshold of the
+    solutions it chose between (the module docstring's test), ``s`` the sum of p as the chosen
+    solution defines it (r where step (i)'s radius binds, ``(k - 1) c`` on the cone, ``(k - 1)
+    r / k`` on step (iii); NaN where ``t = 0``), as :func:`topk_simplex` returns them.
 
     Step (ii)'s cone solution is the answer iff its sum ``s*`` is at most ``(k - 1) r / k``
     (then its largest entry ``s* / (k - 1)`` is within the box and its sum within r); with
@@ -202,17 +214,6 @@ def dk_parts(z: torch.Tensor, k: int, r):
             torch.where(done, s, s3))  # fmt: skip
 
 
-def dk_set(z: torch.Tensor, k: int, r):
-    """Thresholds ``(t, c)`` of the projection of each row of ``z`` onto D_k(r) = ``{p >= 0,
-    <1, p> <= r, p_j <= r / k, (k - 1) p_j <= <1, p>}`` (the conjugate domain of the top-k
-    hinge alpha as printed), by DESIGN §4.1's three primitives, row by row: (i) Delta_k^beta(r)
-    where its solution meets the top-(k - 1) cone (or k <= 2); (ii) else the top-(k - 1) cone
-    where its solution meets the box and the radius; (iii) else the knapsack with box ``r / k``
-    and sum ``(k - 1) r / k``."""
-    t, c, _, _ = dk_parts(z, k, r)
-    return t, c
-
-
 def bipartite(b: torch.Tensor, bbar: torch.Tensor, r):
     """Thresholds ``(t, s)`` of the projection of each row's ``(b, bbar)`` onto the bipartite
     simplex B(r) = ``{x, y >= 0, <1, x> = <1, y> <= r}``: ``x = (b - t)_+``, ``y = (bbar -
@@ -227,24 +228,11 @@ def bipartite(b: torch.Tensor, bbar: torch.Tensor, r):
     t1, _ = capped_simplex(b, float("inf"), r, force_sum=True)
     s1, _ = capped_simplex(bbar, float("inf"), r, force_sum=True)
     active = t1 + s1 >= 0
-    n = b.shape[1]
     asc_b, _ = torch.sort(b, dim=1)
     asc_y, _ = torch.sort(bbar, dim=1)
     pre_b, pre_y = _prefix(asc_b), _prefix(asc_y)
-
-    def part(asc, pre, t):
-        """``<1, (v - t)_+>`` at the (B x q) points t."""
-        above = n - torch.searchsorted(asc, t.contiguous(), right=True)
-        return (pre[:, -1:] - torch.gather(pre, 1, n - above)) - t * above
-
     points, _ = torch.sort(torch.cat([b, -bbar], dim=1), dim=1)
-    g = part(asc_b, pre_b, points) - part(asc_y, pre_y, -points)
-    last = (g > 0).sum(dim=1, keepdim=True).clamp(1, points.shape[1] - 1) - 1
-    t0, ta = torch.gather(points, 1, last), torch.gather(points, 1, last + 1)
-    g0, ga = torch.gather(g, 1, last), torch.gather(g, 1, last + 1)
-    width = g0 - ga
-    t2 = torch.where(width > 0, t0 + g0 / torch.where(width > 0, width, 1.0) * (ta - t0), ta)
-    t2 = t2[:, 0]
+    t2 = _root(points, _excess(asc_b, pre_b, points) - _excess(asc_y, pre_y, -points))
     return torch.where(active, t1, t2), torch.where(active, s1, -t2)
 
 
@@ -272,7 +260,6 @@ def least_norm_top(z: torch.Tensor, slots: int, cap: float, positive_only: bool)
 __all__ = [
     "bipartite",
     "capped_simplex",
-    "dk_parts",
     "dk_set",
     "least_norm_top",
     "topk_cone",
