@@ -73,8 +73,11 @@ def check_config_keys(root: dict[str, Any]) -> None:
         refuse("configuration", unknown, ROOT_KEYS)
     exp = root.get("experiment")
     if isinstance(exp, dict):
-        if unknown := set(exp) - EXPERIMENT_KEYS:
-            refuse("experiment", unknown, EXPERIMENT_KEYS)
+        from topkbench.deep.config import FINETUNE_KEYS, LAYOUT
+
+        valid = FINETUNE_KEYS if exp.get("layout") == LAYOUT else EXPERIMENT_KEYS
+        if unknown := set(exp) - valid:
+            refuse("experiment", unknown, valid)
         for d in exp.get("datasets") or ():
             if isinstance(d, dict) and (unknown := set(d) - DATASET_KEYS):
                 refuse(f"dataset ({d.get('name')})", unknown, DATASET_KEYS)

@@ -71,9 +71,9 @@ def test_each_epoch_reports_and_bad_settings_are_refused():
     assert seen == [1, 2]
     with pytest.raises(ValueError, match="epochs must be at least 1"):
         _fit(0, epochs=0)
-    with pytest.raises(ValueError, match="lr must be positive"):
+    with pytest.raises(ValueError, match=r"lr must be in \(0, inf\)"):
         Schedule(lr=0.0)
-    with pytest.raises(ValueError, match="momentum must be in"):
+    with pytest.raises(ValueError, match=r"momentum must be in \[0, 1\)"):
         Schedule(momentum=1.0)
     with pytest.raises(ValueError, match="divisible by 4"):
         SmallCNN(3, side=30)

@@ -33,9 +33,14 @@ def sweep(
 ) -> None:
     setup_logging(verbose)
     from topkbench.config import ExperimentConfig
+    from topkbench.deep.config import is_finetune
     from topkbench.experiments.sweep import run_sweep
 
-    exp = _available_datasets(ExperimentConfig.from_dict(compose(overrides, "sweep")), skip_missing)
+    root = compose(overrides, "sweep")
+    if is_finetune(root):
+        _finetune_sweep(root)
+        return
+    exp = _available_datasets(ExperimentConfig.from_dict(root), skip_missing)
     counts = {"done": 0, "cached": 0, "failed": 0, "skipped": 0, "not_converged": 0}
     log.info(
         "%s: %d rows x %d dataset(s) x %d draw(s) x %d C values (+ folds, extensions, refits), "
@@ -62,6 +67,30 @@ def sweep(
     )
     if counts["failed"]:
         raise typer.Exit(1)
+
+
+def _finetune_sweep(root) -> None:
+    """The fine-tuning protocol (``layout: finetune``, Table 6): networks, fine-tunings and
+    the classifier rows' sweep, with one progress bar."""
+    from topkbench.deep.config import FinetuneConfig
+    from topkbench.deep.protocol import require_torch, run_finetune
+
+    cfg = FinetuneConfig.from_dict(root)
+    require_torch()
+    _available_datasets(cfg, False)
+    log.info(
+        "%s: %d seed(s), a reference network each, %d fine-tuning row(s) x %d rate(s) x %d "
+        "epoch(s), %d classifier row(s); %s on %s, records in %s/%s",
+        cfg.name, cfg.seeds, len(cfg.rows), len(cfg.finetune_lrs), cfg.finetune_epochs,
+        len(cfg.classifier.get("rows") or ()),
+        f"dask scheduler {cfg.scheduler}" if cfg.scheduler else f"n_jobs={cfg.n_jobs}",
+        cfg.device, cfg.results_dir, cfg.name,
+    )  # fmt: skip
+    counts = {"done": 0, "cached": 0, "failed": 0, "skipped": 0, "not_converged": 0}
+    with sweep_progress(cfg.name, counts) as (on_done, on_stage):
+        run_finetune(cfg, on_done, on_stage)
+    log.info("finished: %d new networks, fine-tunings and fits, %d cached", counts["done"],
+             counts["cached"])  # fmt: skip
 
 
 @contextmanager
@@ -153,15 +182,29 @@ def report(
     ),
 ) -> None:
     from topkbench.config import ExperimentConfig
+    from topkbench.deep.config import FinetuneConfig, is_finetune
     from topkbench.experiments.render import write_report
     from topkbench.experiments.report import build_report
 
-    exp = ExperimentConfig.from_dict(compose(overrides, "report"))
-    rep = build_report(exp)
+    root = compose(overrides, "report")
+    records = None
+    if is_finetune(root):
+        from topkbench.deep.report import build_finetune_report
+
+        exp = FinetuneConfig.from_dict(root)
+        rep, records = build_finetune_report(exp)
+    else:
+        exp = ExperimentConfig.from_dict(root)
+        rep = build_report(exp)
     paths: list = []
     try:
         paths += write_report(exp, rep)
-        if as_html or figures is not None:
+        if records is not None and (as_html or figures is not None):
+            from topkbench.experiments.html import write_table_page
+
+            page = Path(exp.results_dir) / exp.name / "report.html"
+            paths.append(write_table_page(exp.title, rep, records, page))
+        elif as_html or figures is not None:
             from topkbench.experiments.html import write_html_report
             from topkbench.experiments.selection import current_records
             from topkbench.experiments.store import RecordStore
@@ -202,9 +245,11 @@ def export(
     out: Path = typer.Option(..., "--out", help="file to write: .parquet or .csv"),
 ) -> None:
     from topkbench.config import ExperimentConfig
+    from topkbench.deep.config import FinetuneConfig, is_finetune
     from topkbench.experiments.store import RecordStore
 
-    exp = ExperimentConfig.from_dict(compose(overrides, "export"))
+    root = compose(overrides, "export")
+    exp = (FinetuneConfig if is_finetune(root) else ExperimentConfig).from_dict(root)
     store = RecordStore(exp.results_dir, exp.name)
     path = store.export(out)
     sys.stderr.write(f"written: {path}\n")

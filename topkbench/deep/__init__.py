@@ -1,9 +1,3 @@
-"""Networks trained with the registry's losses (TPAMI Table 6's fine-tuning protocol); needs
-the extra ``topkbench[torch]``."""
-
-try:
-    import torch as _torch  # noqa: F401
-except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "topkbench.deep needs PyTorch: pip install 'topkbench[torch]' (or pip install torch)"
-    ) from exc
+"""Networks trained with the registry's losses: TPAMI Table 6's fine-tuning protocol
+(:mod:`topkbench.deep.protocol`).  :mod:`topkbench.deep.config` reads its configuration
+without torch; the rest needs the extra ``topkbench[torch]``."""

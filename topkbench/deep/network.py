@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import nn
 
+from topkbench.deep.config import Schedule
 from topkbench.metrics.topk import topk_accuracy
 from topkbench.torch import loss as topk_loss
 
@@ -57,28 +57,6 @@ def deterministic(seed: int) -> torch.Generator:
     torch.manual_seed(seed)
     torch.use_deterministic_algorithms(True)
     return torch.Generator().manual_seed(seed + 1)
-
-
-@dataclass(frozen=True)
-class Schedule:
-    """SGD with momentum and weight decay; the learning rate decays by cosine from ``lr``
-    to ``lr * final`` over the epochs of one call (the same for every loss)."""
-
-    lr: float = 0.05
-    momentum: float = 0.9
-    weight_decay: float = 5e-4
-    batch_size: int = 64
-    final: float = 0.01
-
-    def __post_init__(self):
-        for name in ("lr", "batch_size"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        if not 0.0 <= self.momentum < 1.0:
-            raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
-        if not (self.weight_decay >= 0.0 and 0.0 < self.final <= 1.0):
-            raise ValueError("weight_decay must be >= 0 and final in (0, 1], got "
-                             f"{self.weight_decay} and {self.final}")  # fmt: skip
 
 
 def train(model: SmallCNN, X: torch.Tensor, y: torch.Tensor, method: str, epochs: int,
@@ -126,7 +104,7 @@ def train(model: SmallCNN, X: torch.Tensor, y: torch.Tensor, method: str, epochs
 def scores(model: SmallCNN, X: torch.Tensor, batch: int = 1024) -> np.ndarray:
     """The class scores of every row of X (evaluation mode), as a float64 array."""
     model.eval()
-    return np.concatenate([model(X[a : a + batch]).double().numpy()
+    return np.concatenate([model(X[a : a + batch]).double().cpu().numpy()
                            for a in range(0, X.shape[0], batch)])  # fmt: skip
 
 
@@ -134,14 +112,14 @@ def scores(model: SmallCNN, X: torch.Tensor, batch: int = 1024) -> np.ndarray:
 def features(model: SmallCNN, X: torch.Tensor, batch: int = 1024) -> np.ndarray:
     """The penultimate features of every row of X (evaluation mode), float64."""
     model.eval()
-    return np.concatenate([model.features(X[a : a + batch]).double().numpy()
+    return np.concatenate([model.features(X[a : a + batch]).double().cpu().numpy()
                            for a in range(0, X.shape[0], batch)])  # fmt: skip
 
 
 def accuracies(model: SmallCNN, X: torch.Tensor, y: torch.Tensor,
                ks=(1, 3, 5, 10)) -> dict[int, float]:  # fmt: skip
     """Top-k accuracy (%) for each k, ties counted against the prediction (DESIGN §2)."""
-    acc = topk_accuracy(scores(model, X), y.numpy(), ks)
+    acc = topk_accuracy(scores(model, X), y.cpu().numpy(), ks)
     return {k: 100.0 * v for k, v in acc.items()}
 
 

@@ -417,10 +417,23 @@ def write_html_report(exp, rep, records: pd.DataFrame, path: Path,
             parts += [f"<h2>{html.escape(str(ds))}</h2>", *figs]
     parts += ["<h2>Solver health</h2>", _health(records, plots),
               "<h2>Provenance</h2>", _provenance(records)]  # fmt: skip
+    return [_write_page(exp.title, parts, path), *plots.written]
+
+
+def _write_page(title: str, parts: list[str], path: Path) -> Path:
     page = (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-        f"<title>{html.escape(exp.title)}</title><style>{_CSS}</style></head><body>"
+        f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>"
         + "\n".join(parts)
         + "</body></html>"
     )
-    return [replace_file(Path(path), write_text(page)), *plots.written]
+    return replace_file(Path(path), write_text(page))
+
+
+def write_table_page(title: str, rep, records: pd.DataFrame, path: Path) -> Path:
+    """A page of the report's tables and notes, every value of ``report.csv`` and the
+    provenance of ``records``, for layouts without C paths (the fine-tuning protocol)."""
+    parts = [_markdown(rep.markdown), "<details><summary>Every value of report.csv</summary>",
+             _table(rep.table), "</details>",
+             "<h2>Provenance</h2>", _provenance(records)]  # fmt: skip
+    return _write_page(title, parts, path)
