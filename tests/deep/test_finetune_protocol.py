@@ -210,6 +210,16 @@ def test_impossible_settings_are_refused_with_their_range(images, tmp_path, chan
         FinetuneConfig.from_dict(_root(images, tmp_path, **change))
 
 
+def test_cuda_where_torch_sees_none_is_refused(images, tmp_path, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    cfg = FinetuneConfig.from_dict(_root(images, tmp_path, device="cuda"))
+    with pytest.raises(ConfigError, match="device=cuda, but torch sees no CUDA device"):
+        run_finetune(cfg)
+    assert not any(tmp_path.iterdir())
+
+
 def test_images_must_be_square_with_a_side_divisible_by_four():
     assert image_side(784) == 28
     for d in (783, 900):

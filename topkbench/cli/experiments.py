@@ -76,7 +76,7 @@ def _finetune_sweep(root) -> None:
     from topkbench.deep.protocol import require_torch, run_finetune
 
     cfg = FinetuneConfig.from_dict(root)
-    require_torch()
+    require_torch(cfg.device)
     _available_datasets(cfg, False)
     log.info(
         "%s: %d seed(s), a reference network each, %d fine-tuning row(s) x %d rate(s) x %d "

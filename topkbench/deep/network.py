@@ -12,6 +12,7 @@ same call gives the same network on the CPU (:func:`deterministic`).  The losses
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 
 import numpy as np
@@ -54,6 +55,8 @@ class SmallCNN(nn.Module):
 def deterministic(seed: int) -> torch.Generator:
     """Seed torch (the weights' initialization) and switch to its deterministic algorithms;
     returns a CPU generator for the data order, seeded from ``seed`` too."""
+    # cuBLAS is deterministic only with a fixed workspace, set before its first use
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.manual_seed(seed)
     torch.use_deterministic_algorithms(True)
     return torch.Generator().manual_seed(seed + 1)

@@ -44,15 +44,20 @@ REFERENCE, FINETUNE = "reference", "finetune"
 REFERENCE_ROW = "LR^Multi"  # Table 6's name of the network before fine-tuning
 
 
-def require_torch() -> None:
-    """A clear error where the extra is not installed."""
+def require_torch(device: str = "cpu") -> None:
+    """A clear error where the extra is not installed, or ``device`` is not there."""
     try:
-        import torch  # noqa: F401
+        import torch
     except ImportError:
         raise ConfigError(
             "the fine-tuning protocol needs PyTorch, which is not installed",
             hint="make install-torch, or pip install 'topkbench[torch]'",
         ) from None
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(
+            "experiment.device=cuda, but torch sees no CUDA device here",
+            hint="experiment.device=cpu",
+        )
 
 
 # -- record specs ------------------------------------------------------------------------------
@@ -416,7 +421,7 @@ def _readable(ref: CheckpointRef | None) -> bool:
 
 def run_finetune(cfg: FinetuneConfig, on_done=None, on_stage=None) -> list[PathSummary]:
     """Every stage of the protocol (module docstring), resuming from the store."""
-    require_torch()
+    require_torch(cfg.device)
     from topkbench.experiments.run import Driver
     from topkbench.experiments.store import RecordStore, WriterLock
     from topkbench.experiments.sweep import run_sweep
