@@ -241,6 +241,36 @@ def test_a_report_on_a_full_disk_leaves_the_previous_report_whole(tmp_path, monk
     assert not [p for p in out.iterdir() if ".tmp" in p.name]
 
 
+@pytest.mark.parametrize("cmd", ["sweep", "bench protocol"])
+def test_a_full_disk_at_the_sweep_lock_is_one_line(tmp_path, monkeypatch, cmd):
+    """A disk too full for the lock file's one line (the holder it names) gave a raw OSError
+    from sweep and bench protocol; now one error naming the lock file, before anything ran."""
+    import builtins
+    import errno
+    from pathlib import Path
+
+    import topkbench.experiments.store as store
+
+    def lock_on_a_full_disk(path, *args, **kwargs):
+        fh = builtins.open(path, *args, **kwargs)
+        if Path(path).name == "sweep.lock":
+
+            def full(text):
+                raise OSError(errno.ENOSPC, "No space left on device")
+
+            fh.write = full
+        return fh
+
+    monkeypatch.setattr(store, "open", lock_on_a_full_disk, raising=False)
+    if cmd == "sweep":
+        out = refused("sweep", *SWEEP, f"results_dir={tmp_path}")
+    else:
+        out = refused("bench", "protocol", *SWEEP, "--n-jobs", "1", "--out", str(tmp_path))
+    assert "no space left on the disk while writing" in out and "sweep.lock" in out, out
+    assert str(tmp_path) in out
+    assert not list(tmp_path.rglob("records.sqlite"))
+
+
 def test_records_edited_by_hand_are_skipped_and_counted(tmp_path, caplog):
     """A record whose body is not JSON, or that holds text where a number belongs, is skipped
     by report with a warning that counts them (report crashed), and the next sweep computes

@@ -23,6 +23,7 @@ keys; such a directory is refused with a message rather than mixed with new reco
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import io
@@ -144,7 +145,6 @@ def _store_errors(method):
     database file (``sqlite3.DatabaseError`` from pages overwritten anywhere, not only a bad
     header) and a full disk (``ENOSPC`` from SQLite or from a checkpoint file), saying where
     and how to go on.  Records committed before the fault are kept either way."""
-    import errno
     import functools
 
     @functools.wraps(method)
@@ -490,10 +490,19 @@ class WriterLock:
                 f"another sweep is writing to {self.path.parent} ({holder})",
                 hint="wait for it to finish, or give this sweep another results_dir",
             ) from None
-        fh.seek(0)
-        fh.truncate()
-        fh.write(f"pid {os.getpid()} on {platform.node()}, since {datetime.now(UTC):%H:%M:%S} UTC")
-        fh.flush()
+        try:
+            fh.seek(0)
+            fh.truncate()
+            fh.write(f"pid {os.getpid()} on {platform.node()}, since "
+                     f"{datetime.now(UTC):%H:%M:%S} UTC")  # fmt: skip
+            fh.flush()
+        except OSError as exc:  # a full disk refuses even the holder's line
+            fcntl.flock(fh, fcntl.LOCK_UN)
+            with contextlib.suppress(OSError):  # close flushes what the disk refused again
+                fh.close()
+            if exc.errno == errno.ENOSPC:
+                raise StoreError(_disk_full(self.path, exc)) from None
+            raise StoreError(f"cannot use results directory {self.path.parent}: {exc}") from None
         self._fh = fh
         return self
 
