@@ -241,6 +241,27 @@ def test_a_report_on_a_full_disk_leaves_the_previous_report_whole(tmp_path, monk
     assert not [p for p in out.iterdir() if ".tmp" in p.name]
 
 
+def test_a_report_page_on_a_full_disk_is_named_in_the_warning(tmp_path, monkeypatch):
+    """report --html where the disk fills at report.html: the warning names that file and
+    the files that were written (it named none and said the report went to stdout only)."""
+    import errno
+
+    args = [*SWEEP, f"results_dir={tmp_path}"]
+    assert runner.invoke(app, ["sweep", *args]).exit_code == 0
+
+    def full_disk(*a, **kw):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("topkbench.experiments.html.replace_file", full_disk)
+    res = runner.invoke(app, ["report", *args, "--html"])
+    out = " ".join(res.output.split())
+    assert res.exit_code == 0 and "| SVM^OVA |" in res.output, res.output
+    page = tmp_path / "table3" / "report.html"
+    assert f"could not write {page} (No space left on device)" in out, out
+    assert "report.md, report.csv, selected.csv" in out and "stdout only" not in out
+    assert (tmp_path / "table3" / "report.md").exists() and not page.exists()
+
+
 @pytest.mark.parametrize("cmd", ["sweep", "bench protocol"])
 def test_a_full_disk_at_the_sweep_lock_is_one_line(tmp_path, monkeypatch, cmd):
     """A disk too full for the lock file's one line (the holder it names) gave a raw OSError
