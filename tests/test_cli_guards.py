@@ -293,9 +293,10 @@ def test_a_full_disk_at_the_sweep_lock_is_one_line(tmp_path, monkeypatch, cmd):
 
 
 def test_records_edited_by_hand_are_skipped_and_counted(tmp_path, caplog):
-    """A record whose body is not JSON, or that holds text where a number belongs, is skipped
-    by report with a warning that counts them (report crashed), and the next sweep computes
-    them again, to the report of the untouched store."""
+    """A record whose body is not JSON, or that holds text where a number belongs, or a list
+    where a metric is one number (report crashed averaging it), is skipped by report with a
+    warning that counts them, and the next sweep computes them again (it counted them as
+    done), to the report of the untouched store."""
     import json
     import sqlite3
 
@@ -303,23 +304,36 @@ def test_records_edited_by_hand_are_skipped_and_counted(tmp_path, caplog):
     assert runner.invoke(app, ["sweep", *args]).exit_code == 0
     whole = runner.invoke(app, ["report", *args])
     assert whole.exit_code == 0, whole.output
+    md = (tmp_path / "table3" / "report.md").read_text()
     db = sqlite3.connect(tmp_path / "table3" / "records.sqlite")
-    (k1, b1), (k2, _) = db.execute("SELECT key, body FROM records LIMIT 2").fetchall()
+    (k1, b1), (k2, _), (k3, b3) = db.execute("SELECT key, body FROM records LIMIT 3").fetchall()
     db.execute("UPDATE records SET body = ? WHERE key = ?",
                (json.dumps({**json.loads(b1), "primal": "abc"}), k1))  # fmt: skip
     db.execute("UPDATE records SET body = 'not json {' WHERE key = ?", (k2,))
+    db.execute("UPDATE records SET body = ? WHERE key = ?",
+               (json.dumps({**json.loads(b3), "val_top1": [0.5]}), k3))  # fmt: skip
     db.commit()
     db.close()
     res = runner.invoke(app, ["report", *args])
     assert res.exit_code == 0 and "Traceback" not in res.output, res.output
-    assert "2 of 36 grid fits of the datasets it ran are missing" in res.output
+    assert "3 of 36 grid fits of the datasets it ran are missing" in res.output
     text = " ".join(caplog.text.split())
-    assert "2 record(s) of" in text and "cannot be read and are skipped" in text
+    assert "3 record(s) of" in text and "cannot be read and are skipped" in text
     assert runner.invoke(app, ["sweep", *args]).exit_code == 0
+    db = sqlite3.connect(tmp_path / "table3" / "records.sqlite")
+    bodies = dict(db.execute("SELECT key, body FROM records WHERE key IN (?, ?, ?)",
+                             (k1, k2, k3)).fetchall())  # fmt: skip
+    db.close()
+    recomputed = {k: json.loads(b) for k, b in bodies.items()}
+    assert set(recomputed) == {k1, k2, k3}
+    assert all(isinstance(r["primal"], float) and isinstance(r["val_top1"], float)
+               for r in recomputed.values())  # fmt: skip
+    caplog.clear()
     again = runner.invoke(app, ["report", *args])
-    assert "cannot be read" not in again.output
-    table = [line for line in again.output.splitlines() if line.startswith("|")]
-    assert table == [line for line in whole.output.splitlines() if line.startswith("|")]
+    assert again.exit_code == 0, again.output
+    assert "cannot be read" not in caplog.text and "incomplete" not in caplog.text
+    assert "missing" not in again.output
+    assert (tmp_path / "table3" / "report.md").read_text() == md
 
 
 def test_memory_that_runs_out_is_one_line(monkeypatch):
