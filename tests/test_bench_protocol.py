@@ -40,3 +40,25 @@ def test_cli_refuses_an_unknown_row(tmp_path):
     ])  # fmt: skip
     assert res.exit_code != 0
     assert "unknown row(s) nope" in res.output and "LR^ML" in res.output
+
+
+def test_cli_refuses_overrides_its_options_set(tmp_path, monkeypatch):
+    """n_jobs= among the overrides (silently replaced by --n-jobs' default) and results_dir=
+    (silently ignored: the sweep goes under --out) are refused, naming the option, before
+    anything runs."""
+    import topkbench.bench.protocol
+
+    def never(*args, **kwargs):
+        raise AssertionError("the protocol ran")
+
+    monkeypatch.setattr(topkbench.bench.protocol, "bench_protocol", never)
+    for override, expected in [
+        ("n_jobs=1", "its --n-jobs option, not an n_jobs= override"),
+        ("results_dir=elsewhere", "under its --out option, not a results_dir= override"),
+    ]:
+        res = CliRunner().invoke(app, [
+            "bench", "protocol", "experiment=table7_smoke", override, "--out", str(tmp_path),
+        ])  # fmt: skip
+        assert res.exit_code == 2 and "Traceback" not in res.output, res.output
+        assert expected in " ".join(res.output.split())
+    assert not any(tmp_path.iterdir())

@@ -241,10 +241,62 @@ def test_a_report_on_a_full_disk_leaves_the_previous_report_whole(tmp_path, monk
     assert not [p for p in out.iterdir() if ".tmp" in p.name]
 
 
+def test_a_report_page_on_a_full_disk_is_named_in_the_warning(tmp_path, monkeypatch):
+    """report --html where the disk fills at report.html: the warning names that file and
+    the files that were written (it named none and said the report went to stdout only)."""
+    import errno
+
+    args = [*SWEEP, f"results_dir={tmp_path}"]
+    assert runner.invoke(app, ["sweep", *args]).exit_code == 0
+
+    def full_disk(*a, **kw):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("topkbench.experiments.html.replace_file", full_disk)
+    res = runner.invoke(app, ["report", *args, "--html"])
+    out = " ".join(res.output.split())
+    assert res.exit_code == 0 and "| SVM^OVA |" in res.output, res.output
+    page = tmp_path / "table3" / "report.html"
+    assert f"could not write {page} (No space left on device)" in out, out
+    assert "report.md, report.csv, selected.csv" in out and "stdout only" not in out
+    assert (tmp_path / "table3" / "report.md").exists() and not page.exists()
+
+
+@pytest.mark.parametrize("cmd", ["sweep", "bench protocol"])
+def test_a_full_disk_at_the_sweep_lock_is_one_line(tmp_path, monkeypatch, cmd):
+    """A disk too full for the lock file's one line (the holder it names) gave a raw OSError
+    from sweep and bench protocol; now one error naming the lock file, before anything ran."""
+    import builtins
+    import errno
+    from pathlib import Path
+
+    import topkbench.experiments.store as store
+
+    def lock_on_a_full_disk(path, *args, **kwargs):
+        fh = builtins.open(path, *args, **kwargs)
+        if Path(path).name == "sweep.lock":
+
+            def full(text):
+                raise OSError(errno.ENOSPC, "No space left on device")
+
+            fh.write = full
+        return fh
+
+    monkeypatch.setattr(store, "open", lock_on_a_full_disk, raising=False)
+    if cmd == "sweep":
+        out = refused("sweep", *SWEEP, f"results_dir={tmp_path}")
+    else:
+        out = refused("bench", "protocol", *SWEEP, "--n-jobs", "1", "--out", str(tmp_path))
+    assert "no space left on the disk while writing" in out and "sweep.lock" in out, out
+    assert str(tmp_path) in out
+    assert not list(tmp_path.rglob("records.sqlite"))
+
+
 def test_records_edited_by_hand_are_skipped_and_counted(tmp_path, caplog):
-    """A record whose body is not JSON, or that holds text where a number belongs, is skipped
-    by report with a warning that counts them (report crashed), and the next sweep computes
-    them again, to the report of the untouched store."""
+    """A record whose body is not JSON, or that holds text where a number belongs, or a list
+    where a metric is one number (report crashed averaging it), is skipped by report with a
+    warning that counts them, and the next sweep computes them again (it counted them as
+    done), to the report of the untouched store."""
     import json
     import sqlite3
 
@@ -252,23 +304,36 @@ def test_records_edited_by_hand_are_skipped_and_counted(tmp_path, caplog):
     assert runner.invoke(app, ["sweep", *args]).exit_code == 0
     whole = runner.invoke(app, ["report", *args])
     assert whole.exit_code == 0, whole.output
+    md = (tmp_path / "table3" / "report.md").read_text()
     db = sqlite3.connect(tmp_path / "table3" / "records.sqlite")
-    (k1, b1), (k2, _) = db.execute("SELECT key, body FROM records LIMIT 2").fetchall()
+    (k1, b1), (k2, _), (k3, b3) = db.execute("SELECT key, body FROM records LIMIT 3").fetchall()
     db.execute("UPDATE records SET body = ? WHERE key = ?",
                (json.dumps({**json.loads(b1), "primal": "abc"}), k1))  # fmt: skip
     db.execute("UPDATE records SET body = 'not json {' WHERE key = ?", (k2,))
+    db.execute("UPDATE records SET body = ? WHERE key = ?",
+               (json.dumps({**json.loads(b3), "val_top1": [0.5]}), k3))  # fmt: skip
     db.commit()
     db.close()
     res = runner.invoke(app, ["report", *args])
     assert res.exit_code == 0 and "Traceback" not in res.output, res.output
-    assert "2 of 36 grid fits of the datasets it ran are missing" in res.output
+    assert "3 of 36 grid fits of the datasets it ran are missing" in res.output
     text = " ".join(caplog.text.split())
-    assert "2 record(s) of" in text and "cannot be read and are skipped" in text
+    assert "3 record(s) of" in text and "cannot be read and are skipped" in text
     assert runner.invoke(app, ["sweep", *args]).exit_code == 0
+    db = sqlite3.connect(tmp_path / "table3" / "records.sqlite")
+    bodies = dict(db.execute("SELECT key, body FROM records WHERE key IN (?, ?, ?)",
+                             (k1, k2, k3)).fetchall())  # fmt: skip
+    db.close()
+    recomputed = {k: json.loads(b) for k, b in bodies.items()}
+    assert set(recomputed) == {k1, k2, k3}
+    assert all(isinstance(r["primal"], float) and isinstance(r["val_top1"], float)
+               for r in recomputed.values())  # fmt: skip
+    caplog.clear()
     again = runner.invoke(app, ["report", *args])
-    assert "cannot be read" not in again.output
-    table = [line for line in again.output.splitlines() if line.startswith("|")]
-    assert table == [line for line in whole.output.splitlines() if line.startswith("|")]
+    assert again.exit_code == 0, again.output
+    assert "cannot be read" not in caplog.text and "incomplete" not in caplog.text
+    assert "missing" not in again.output
+    assert (tmp_path / "table3" / "report.md").read_text() == md
 
 
 def test_memory_that_runs_out_is_one_line(monkeypatch):

@@ -135,6 +135,28 @@ def test_estimator_model_saves_its_classes_and_data_hash(tmp_path):
     np.testing.assert_array_equal(back.decision_function(X), clf.model_.decision_function(X))
 
 
+def test_predict_matches_labels_that_are_equal_numbers(tmp_path):
+    """A classifier fitted on float labels (scikit-learn's LibSVM reader returns floats) has
+    classes 0.0, 3.0, ...; a LibSVM file's labels 0, 3, ... are those classes (matched by
+    their text, "0" against "0.0", every example counted a miss and every label 'not a
+    class')."""
+    from sklearn.datasets import load_svmlight_file
+
+    from topkbench.estimators import TopKClassifier
+    from topkbench.predict import predict_file
+
+    X, y = _problem()
+    _write_libsvm(tmp_path / "train.svm", X, y, labels_offset=0)
+    Xf, yf = load_svmlight_file(str(tmp_path / "train.svm"), n_features=X.shape[1])
+    assert yf.dtype.kind == "f"
+    clf = TopKClassifier(method="lr_multi").fit(Xf, yf)
+    path = clf.model_.save(tmp_path / "m.npz")
+    result = predict_file(path, tmp_path / "train.svm", top=1)
+    assert result.notes == []
+    assert result.metric == ("top-1 accuracy", pytest.approx(clf.score(Xf, yf)))
+    assert result.metric[1] > 0.5
+
+
 def _write_libsvm(path, X, y, labels_offset=2):
     with open(path, "w") as fh:
         for row, label in zip(X, y, strict=True):
@@ -307,6 +329,9 @@ def _edited(tmp_path, name, *, meta=None, arrays=None, drop=(), raw_meta=None, m
         (dict(drop=("W",)), "no W array"),
         (dict(meta={"classes": ["a", "b", "a", "c", "d"]}), "class label 'a' is listed twice"),
         (dict(meta={"classes": [1, 2, 3, 4, 2]}), "class label 2 is listed twice"),
+        (dict(meta={"classes": [0, 1, 2, 3, 1.0]}), "class label 1.0 is listed twice (as 1)"),
+        (dict(meta={"params": {"C": 1.0, "k": 99}}),
+         "params.k must be in [1, 4] for a model of 5 classes; got 99"),
         (dict(meta={"classes": ["a", ["b"], "c", "d", "e"]}), "class label ['b']: each label"),
         (dict(arrays={"W": np.zeros((4, 0))}, meta={"classes": None, "n_classes": 0}),
          "it has no class (0 score columns)"),
@@ -385,8 +410,10 @@ def test_a_header_declaring_more_data_than_the_file_holds_is_refused(tmp_path):
         for n, data in entries.items():
             zf.writestr(n, data)
         zf.writestr("W.npy", member.getvalue() + np.zeros(20).tobytes())
-    with pytest.raises(DataFormatError, match=r"entry 'W' declares shape \(4, 100000000000\)"):
+    huge = r"entry 'W' declares shape \(4, 100000000000\)"
+    with pytest.raises(DataFormatError, match=huge) as exc:
         topkbench.load(path)
+    assert str(exc.value).count("not a saved topkbench model") == 1, str(exc.value)
 
 
 def test_outputs_the_disk_refuses_are_one_line_naming_what_was_kept(tmp_path, monkeypatch):

@@ -465,3 +465,17 @@ def test_report_without_its_refits_says_the_sweep_is_incomplete(tmp_path):
     res = runner.invoke(app, ["report", *args])
     assert res.exit_code == 0, res.output
     assert res.stdout.startswith("> **Incomplete sweep:** 7 of 7 selected models have no test")
+
+
+def test_lists_are_read_only_where_a_record_holds_a_list(tmp_path):
+    """A multilabel split's grid metrics and per-class APs, and a training run's validation
+    curve and losses, are lists; every other metric is one number (a list there made the
+    report's average fail): such a record is skipped by load and not counted as done."""
+    store = RecordStore(tmp_path, "lists")
+    legit = {"val_top1": 0.5, "val_f1_micro_grid": [0.1, 0.2], "test_ap_classes": [0.3, None],
+             "val_curve": [0.4, 0.5], "train_loss": [2.0, 1.0]}  # fmt: skip
+    store.write("good", legit)
+    store.write("bad", {"val_top1": [0.5]})
+    assert store.keys() == {"good"}
+    assert list(store.load()["key"]) == ["good"]
+    store.close()

@@ -5,6 +5,7 @@ whose workers died running it (a raw traceback)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 
@@ -40,6 +41,59 @@ def test_an_unreachable_scheduler_is_one_line(tmp_path, quick_watch, address, ex
     assert res.exit_code == 8 and "Traceback" not in res.output, res.output
     assert expected in " ".join(res.output.split())
     assert time.monotonic() - start < 30
+
+
+@pytest.fixture
+def peer():
+    """A TCP listener on 127.0.0.1 that is not a Dask scheduler: it accepts and either says
+    nothing or answers as an HTTP server refusing the request."""
+    import socket
+    import threading
+
+    server = socket.create_server(("127.0.0.1", 0))
+    replies: list[bytes] = []
+    held = []
+
+    def serve():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:  # closed at teardown
+                return
+            held.append(conn)
+            if replies:
+                with contextlib.suppress(OSError):
+                    conn.recv(65536)
+                    conn.sendall(replies[0])
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield f"tcp://127.0.0.1:{server.getsockname()[1]}", replies
+    server.close()
+    for conn in held:
+        conn.close()
+
+
+@pytest.mark.parametrize("reply,reason", [
+    (None, "no answer within 1 s"),
+    (b"HTTP/1.1 400 Bad Request\r\n\r\n", "does not answer as a Dask scheduler"),
+])  # fmt: skip
+def test_a_peer_that_is_not_a_scheduler_is_one_line(tmp_path, quick_watch, monkeypatch, peer,
+                                                    reply, reason):  # fmt: skip
+    """A listener that accepts and never answers held the client's handshake forever (its
+    timeout bounds the TCP connection only); an HTTP server's answer, decoded as a frame
+    length, was reported as memory running out."""
+    monkeypatch.setattr(run, "DASK_CONNECT_SECONDS", 1.0)
+    address, replies = peer
+    if reply is not None:
+        replies.append(reply)
+    start = time.monotonic()
+    res = CliRunner().invoke(app, ["sweep", *SWEEP, f"results_dir={tmp_path}",
+                                   f"scheduler={address}"])  # fmt: skip
+    out = " ".join(res.output.split())
+    assert res.exit_code == 8 and "Traceback" not in res.output, res.output
+    assert f"cannot reach the Dask scheduler '{address}'" in out and reason in out, out
+    assert "memory ran out" not in out
+    assert time.monotonic() - start < 20
 
 
 def test_a_cluster_without_workers_is_reported(tmp_path, quick_watch):

@@ -107,6 +107,19 @@ def read_metadata(path) -> dict[str, Any]:
         return _metadata(npz, path)
 
 
+def class_label_key(label) -> str:
+    """What identifies a class label: its text, with an integral number written as an
+    integer, so that equal numbers are one label (1 and 1.0: a model fitted on the float
+    labels of ``sklearn.datasets.load_svmlight_file`` predicts a LibSVM file's integers)."""
+    if isinstance(label, (bool, np.bool_)):
+        return str(label)
+    if isinstance(label, (int, np.integer)) or (
+        isinstance(label, (float, np.floating)) and float(label).is_integer()
+    ):
+        return str(int(label))
+    return str(label)
+
+
 def _not_a_model(path, reason: str) -> DataFormatError:
     return DataFormatError(str(path), f"not a saved topkbench model ({reason})")
 
@@ -166,6 +179,8 @@ def _array(npz, name: str, path):
     try:
         _check_declared_size(npz, name, path)
         return npz[name]
+    except DataFormatError:  # already says what is wrong with the entry
+        raise
     except (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError) as exc:
         raise _not_a_model(path, f"entry {name!r}: {_reason(exc)}") from None
 
@@ -251,7 +266,8 @@ def check_model(arrays: dict[str, np.ndarray], meta: dict[str, Any], path) -> No
     method = field("method", (str,), "a method name")
     if method not in METHODS:
         raise _not_a_model(path, f"unknown method {method!r}")
-    _check_params(field("params", (dict,), "an object"), path)
+    params = field("params", (dict,), "an object")
+    _check_params(params, path)
     cert = field("certificate", (dict,), "an object")
     for key in ("primal", "dual", "relative_gap", "train_seconds", "epochs"):
         v = cert.get(key)
@@ -319,10 +335,16 @@ def check_model(arrays: dict[str, np.ndarray], meta: dict[str, Any], path) -> No
         if bad is not _NONE:
             raise _not_a_model(path, f"class label {bad!r}: each label must be a string or "
                                      "a number")  # fmt: skip
-        if len(set(map(repr, classes))) != m:
-            seen = [repr(c) for c in classes]
-            dup = next(c for i, c in enumerate(classes) if seen[i] in seen[:i])
-            raise _not_a_model(path, f"class label {dup!r} is listed twice")
+        keys = [class_label_key(c) for c in classes]
+        if len(set(keys)) != m:
+            i = next(i for i, key in enumerate(keys) if key in keys[:i])
+            first = classes[keys.index(keys[i])]
+            same = "" if repr(first) == repr(classes[i]) else f" (as {first!r})"
+            raise _not_a_model(path, f"class label {classes[i]!r} is listed twice{same}")
+    k = params.get("k")
+    if isinstance(k, int) and not 1 <= k <= m - 1:  # its type is checked above
+        raise _not_a_model(path, f"params.k must be in [1, {m - 1}] for a model of {m} "
+                                 f"classes; got {k}")  # fmt: skip
     n_classes = meta.get("n_classes")
     if n_classes is not None and n_classes != m:
         raise _not_a_model(path, f"n_classes is {n_classes!r}; the model has {m} score columns")

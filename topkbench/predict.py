@@ -45,6 +45,7 @@ def predict_file(model_path, data_path, *, top: int | None = None,
     import pandas as pd
 
     from topkbench.model import Model
+    from topkbench.persist import class_label_key
     from topkbench.validation import check_int
 
     if top is not None:
@@ -84,14 +85,18 @@ def predict_file(model_path, data_path, *, top: int | None = None,
     notes: list[str] = []
     metric = None
     if labels is not None:
-        index = {str(c): j for j, c in enumerate(classes.tolist())}
-        unseen = sorted({lab for labs in labels for lab in labs if str(lab) not in index})
+        # the file's labels are integers; the model's may be floats or strings
+        raw = range(m) if model.classes is None else list(model.classes)
+        index = {class_label_key(c): j for j, c in enumerate(raw)}
+        unseen = sorted({lab for labs in labels for lab in labs
+                         if class_label_key(lab) not in index})  # fmt: skip
         if unseen:
             notes.append(
                 f"{len(unseen)} label value(s) of {Path(data_path).name} are not classes of the "
                 f"model (first: {unseen[:5]}); their examples count as misses"
             )
-        true = [[index[str(lab)] for lab in labs if str(lab) in index] for labs in labels]
+        true = [[index[key] for key in map(class_label_key, labs) if key in index]
+                for labs in labels]  # fmt: skip
         hits = np.array([len(set(t) & set(o.tolist())) for t, o in zip(true, order, strict=True)])
         if multilabel:
             metric = (f"precision@{top}", float(np.mean(hits / top)))

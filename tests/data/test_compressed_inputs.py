@@ -1,7 +1,7 @@
 """Damaged compressed inputs, the same for .gz, .bz2 and .xz, LibSVM and ARFF, in the loaders
 and through train and predict: one error naming the file (an .xz stream gave a raw
-LZMAError, and a truncated or empty compressed ARFF file ended in an uncaught EOFError that
-printed only 'Aborted.')."""
+LZMAError, corrupt deflate data in a .gz a raw zlib.error, and a truncated or empty
+compressed ARFF file ended in an uncaught EOFError that printed only 'Aborted.')."""
 
 from __future__ import annotations
 
@@ -36,12 +36,15 @@ def damaged(text: str, suffix: str, how: str) -> bytes:
     if how == "crc":  # the stream's checksum of the data no longer matches
         end = -5 if suffix == ".gz" else -13 if suffix == ".xz" else -3
         return data[:end] + bytes([data[end] ^ 0xFF]) + data[end + 1 :]
+    if how == "deflate":  # a byte of gzip's compressed data itself (past its 10-byte header)
+        return data[:12] + bytes([data[12] ^ 0xFF]) + data[13:]
     if how == "truncated":
         return data[: len(data) // 2]
     return b""  # empty
 
 
 CASES = [(s, h) for s in COMPRESS for h in ("magic", "crc", "truncated", "empty")]
+CASES.append((".gz", "deflate"))
 
 
 def read(path, fmt: str):
@@ -62,13 +65,13 @@ def test_a_damaged_compressed_file_is_one_error_naming_it(tmp_path, fmt, suffix,
     assert str(exc.value).startswith(str(path)), str(exc.value)
 
 
-@pytest.mark.parametrize("suffix", [".xz", ".gz"])
-def test_train_and_predict_on_a_damaged_file_say_which(tmp_path, suffix):
+@pytest.mark.parametrize("suffix,how", [(".xz", "crc"), (".gz", "crc"), (".gz", "deflate")])
+def test_train_and_predict_on_a_damaged_file_say_which(tmp_path, suffix, how):
     runner = CliRunner()
     good = tmp_path / "good.txt"
     good.write_text(LIBSVM)
     bad = tmp_path / f"bad.txt{suffix}"
-    bad.write_bytes(damaged(LIBSVM, suffix, "crc"))
+    bad.write_bytes(damaged(LIBSVM, suffix, how))
     res = runner.invoke(app, ["train", "dataset=libsvm", f"dataset.train={bad}", "method=lr_multi"])
     assert res.exit_code not in (0, None) and isinstance(res.exception, (SystemExit, type(None)))
     assert "Traceback" not in res.output and bad.name in res.output, res.output

@@ -137,3 +137,21 @@ def test_zero_weights_count_out_of_n_as_in_sdca(problem):
     w = np.where(np.arange(X.shape[0]) % 2 == 0, 0.0, 1.5)
     model = topkbench.fit(X, y, "topk_ent_tr", k=1, C=2.0, eps=1e-9, sample_weight=w)
     assert model.primal == pytest.approx(model.info["init_primal"], rel=1e-6)
+
+
+@pytest.mark.parametrize("solver", [None, "gd"])
+@pytest.mark.parametrize("sparse", [True, False])
+def test_ent_tr_on_features_without_columns_is_w_zero(solver, sparse):
+    """Features with no column leave nothing to optimize: W is the d x m empty matrix and
+    the run converged at its start, as for the other methods (L-BFGS took the maximum of an
+    empty gradient: a raw ValueError)."""
+    import scipy.sparse as sp
+
+    X = sp.csr_matrix((60, 0)) if sparse else np.zeros((60, 0))
+    y = np.arange(60) % 5
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model = topkbench.fit(X, y, "topk_ent_tr", k=2, solver=solver)
+    assert model.W.shape == (0, 5) and model.converged
+    assert np.isfinite(model.primal)
+    np.testing.assert_array_equal(model.decision_function(X), np.zeros((60, 5)))

@@ -330,14 +330,21 @@ def bench_kato_fig4_cmd(
 def _sweep_overrides(overrides: list[str] | None, n_jobs: int) -> list[str]:
     """The overrides of a protocol benchmark with the ``--n-jobs`` option's ``n_jobs=``; an
     ``n_jobs=`` among them is refused in favour of the option (one of the two would be
-    dropped)."""
+    dropped), and so is a ``results_dir=`` (a benchmark sweeps into fresh directories under
+    its ``--out``)."""
     from topkbench.errors import ConfigError
 
     given = list(overrides or [])
-    if any(o.lstrip("+~").split("=", 1)[0] == "n_jobs" for o in given):
+    keys = {o.lstrip("+~").split("=", 1)[0] for o in given}
+    if "n_jobs" in keys:
         raise ConfigError(
             "the worker processes of a benchmark are its --n-jobs option, not an n_jobs= "
             "override", hint="e.g. --n-jobs 2",
+        )  # fmt: skip
+    if "results_dir" in keys:
+        raise ConfigError(
+            "a benchmark sweeps into fresh directories under its --out option, not a "
+            "results_dir= override", hint="e.g. --out results/bench",
         )  # fmt: skip
     return [*given, f"n_jobs={n_jobs}"]
 

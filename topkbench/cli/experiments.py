@@ -217,15 +217,21 @@ def report(
             page = Path(exp.results_dir) / exp.name / "report.html"
             paths += write_html_report(exp, rep, records, page, figures)
     except OSError as exc:  # a read-only or full results directory: the report still prints
-        where = exc.filename or Path(exp.results_dir) / exp.name
         reason = exc.strerror or exc
-        kept = (f"{', '.join(p.name for p in paths)} written" if paths
-                else "the files there are as they were")  # fmt: skip
-        typer.echo(
-            f"warning: could not write the report files ({where}: {reason}); {kept}, and the "
-            "report is printed to stdout only",
-            err=True,
-        )
+        written = [*paths, *getattr(exc, "replaced", [])]
+        if paths:  # the report files are written; the page (or one of its figures) is not
+            failed = Path(exc.filename or "")
+            if figures is None or failed.parent != figures:  # else a temporary file's name
+                failed = Path(exp.results_dir) / exp.name / "report.html"
+            what = f"could not write {failed} ({reason})"
+        else:
+            where = exc.filename or Path(exp.results_dir) / exp.name
+            what = f"could not write the report files ({where}: {reason})"
+        if written:
+            kept = f"{', '.join(p.name for p in written)} written; the report is also on stdout"
+        else:
+            kept = "the files there are as they were, and the report is printed to stdout only"
+        typer.echo(f"warning: {what}; {kept}", err=True)
     sys.stdout.write(rep.markdown)
     if rep.incomplete:
         log.warning("the sweep of this configuration is incomplete: see the report's first line")

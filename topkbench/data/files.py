@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import lzma
 import os
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -58,9 +59,9 @@ def file_entries(cfg: DatasetConfig) -> dict[str, dict[str, Any]]:
 
 COMPRESSED = (".gz", ".bz2", ".xz")  # suffixes read through their decompressors
 # what reading a file may raise besides a parse error: the system's errors, and a damaged or
-# truncated compressed stream (gzip and bz2 raise OSError, xz LZMAError; a stream that ends
-# early, EOFError)
-READ_ERRORS = (OSError, EOFError, lzma.LZMAError)
+# truncated compressed stream (gzip's header and bz2 raise OSError, gzip's deflate data
+# zlib.error, xz LZMAError; a stream that ends early, EOFError)
+READ_ERRORS = (OSError, EOFError, lzma.LZMAError, zlib.error)
 
 
 def read_failure(path, exc: BaseException) -> DataFormatError:

@@ -245,6 +245,53 @@ def _worker_blas_threads(n_jobs: int) -> int:
     return max(1, (os.cpu_count() or 1) // n_jobs)
 
 
+def _dask_connect(address: str):
+    """A Dask client connected to ``address`` within :data:`DASK_CONNECT_SECONDS`, or one
+    :class:`ClusterError` naming the scheduler.
+
+    ``Client(address, timeout=...)`` bounds the TCP connection but not the handshake that
+    follows, so a peer that accepts and never answers would hold it forever; the client is
+    therefore created in a daemon thread the driver stops waiting for (a connection that
+    completes after that is closed there).  A peer that answers but is not a scheduler (an
+    HTTP server) makes the protocol decoder read garbage lengths, which surfaces as anything
+    from a ``ValueError`` to a ``MemoryError``: each is the scheduler's fault, not ours."""
+    import threading
+
+    from distributed import Client
+
+    out: dict[str, Any] = {}
+    gave_up = threading.Event()
+
+    def connect() -> None:
+        try:
+            client = Client(address, timeout=DASK_CONNECT_SECONDS, set_as_default=False)
+        except Exception as exc:
+            out["error"] = exc
+            return
+        out["client"] = client
+        if gave_up.is_set():
+            with contextlib.suppress(Exception):
+                client.close(timeout=DASK_CONNECT_SECONDS)
+
+    thread = threading.Thread(target=connect, name="dask-connect", daemon=True)
+    thread.start()
+    # a second past the client's own timeout, so that its error (a refused port) comes first
+    thread.join(DASK_CONNECT_SECONDS + 1.0)
+    if thread.is_alive():
+        gave_up.set()
+        reason = f"no answer within {DASK_CONNECT_SECONDS:g} s"
+    elif "client" in out:
+        return out["client"]
+    else:
+        exc = out["error"]
+        if isinstance(exc, (OSError, TimeoutError, ValueError, TypeError)):
+            reason = str(exc)
+        else:
+            reason = f"it does not answer as a Dask scheduler ({type(exc).__name__}: {exc})"
+    raise ClusterError(f"cannot reach the Dask scheduler {address!r}: {reason}",
+                       hint="check the address (tcp://HOST:PORT)")  # fmt: skip
+
+
 class Driver:
     """The sweep's one writer (DESIGN §8): runs tasks in process, on a local process pool
     (``n_jobs``) or on a Dask cluster (``scheduler``), and commits every record the workers
@@ -289,14 +336,8 @@ class Driver:
         naming the scheduler (the records that arrived are committed)."""
         from concurrent.futures import CancelledError
 
-        from distributed import Client
-
         address = self.exp.scheduler
-        try:
-            client = Client(address, timeout=DASK_CONNECT_SECONDS)
-        except (OSError, TimeoutError, ValueError, TypeError) as exc:
-            raise ClusterError(f"cannot reach the Dask scheduler {address!r}: {exc}",
-                               hint="check the address (tcp://HOST:PORT)") from None  # fmt: skip
+        client = _dask_connect(address)
         try:
             pending = set(client.map(_run_collected, [self.exp] * len(tasks), tasks, pure=False))
             idle_since = None
@@ -341,7 +382,8 @@ class Driver:
         from distributed import wait
 
         try:
-            return wait(pending, timeout=DASK_WATCH_SECONDS, return_when="FIRST_COMPLETED")
+            with client.as_current():  # wait takes the current client (none is the default)
+                return wait(pending, timeout=DASK_WATCH_SECONDS, return_when="FIRST_COMPLETED")
         except TimeoutError:  # nothing finished in this look: the cluster is checked
             return set(), pending
         except (OSError, CancelledError) as exc:

@@ -23,6 +23,7 @@ keys; such a directory is refused with a message rather than mixed with new reco
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import io
@@ -144,7 +145,6 @@ def _store_errors(method):
     database file (``sqlite3.DatabaseError`` from pages overwritten anywhere, not only a bad
     header) and a full disk (``ENOSPC`` from SQLite or from a checkpoint file), saying where
     and how to go on.  Records committed before the fault are kept either way."""
-    import errno
     import functools
 
     @functools.wraps(method)
@@ -165,14 +165,22 @@ def _store_errors(method):
     return wrapper
 
 
-# the fields of a record that hold numbers (or null), besides the metrics (val_*, test_*: a
-# number, a list of numbers or null), and those that hold text
+# the fields of a record that hold numbers (or null), besides the metrics (val_*, test_*), and
+# those that hold text
 _NUMBER_FIELDS = frozenset({
     "C", "gamma", "k", "eps", "theta", "delta", "init_C", "time_limit", "max_epochs", "draw",
     "data_seed", "primal", "dual", "relative_gap", "epochs", "train_seconds", "plain_epochs",
     "newton_iterations", "accelerated_epochs", "n_train", "n_features", "n_classes",
 })  # fmt: skip
 _TEXT_FIELDS = ("key", "experiment", "method", "row", "dataset", "status", "fold")
+
+
+def _list_metric(name: str) -> bool:
+    """The metrics that hold a list of numbers: a multilabel split's partition metrics on
+    the threshold grid (``<split>_<metric>_grid``) and its per-class APs
+    (``<split>_ap_classes``), and a training run's validation curve (``val_curve``).  Every
+    other metric is one number, which selection averages."""
+    return name.endswith(("_grid", "_ap_classes")) or name == "val_curve"
 
 
 def _record_fault(rec) -> str | None:
@@ -190,9 +198,22 @@ def _record_fault(rec) -> str | None:
     for name, v in rec.items():
         metric = name.startswith(("val_", "test_"))
         if name in _NUMBER_FIELDS or metric:
-            if not (number(v) or (metric and isinstance(v, list) and all(map(number, v)))):
+            listed = metric and _list_metric(name)
+            if not (number(v) or (listed and isinstance(v, list) and all(map(number, v)))):
                 return f"{name} is {v!r}, not a number"
     return None
+
+
+def _read_records(conn: sqlite3.Connection):
+    """``(key, record, fault)`` of every stored record, in key order: ``fault`` says why the
+    record cannot be read (:func:`_record_fault`; its body is then not used), or is None."""
+    for key, body in conn.execute("SELECT key, body FROM records ORDER BY key"):
+        try:
+            rec = json.loads(body)
+        except (TypeError, ValueError):
+            yield key, None, "its body is not JSON"
+        else:
+            yield key, rec, _record_fault(rec)
 
 
 def _damaged(db, exc) -> StoreError:
@@ -309,8 +330,10 @@ class RecordStore:
 
     @_store_errors
     def keys(self) -> set[str]:
+        """The keys of the records :meth:`load` reads: one it skips (edited by hand) is not
+        done, so that a sweep computes it again and replaces it."""
         conn = self._connect(create=False)
-        return {k for (k,) in conn.execute("SELECT key FROM records")} if conn else set()
+        return {k for k, _, fault in _read_records(conn) if fault is None} if conn else set()
 
     @_store_errors
     def write(
@@ -362,13 +385,7 @@ class RecordStore:
         if conn is None:
             return pd.DataFrame()
         rows, faults = [], []
-        for key, body in conn.execute("SELECT key, body FROM records ORDER BY key"):
-            try:
-                rec = json.loads(body)
-            except (TypeError, ValueError):
-                rec, fault = None, "its body is not JSON"
-            else:
-                fault = _record_fault(rec)
+        for key, rec, fault in _read_records(conn):
             if fault is None:
                 rows.append(rec)
             else:
@@ -490,10 +507,19 @@ class WriterLock:
                 f"another sweep is writing to {self.path.parent} ({holder})",
                 hint="wait for it to finish, or give this sweep another results_dir",
             ) from None
-        fh.seek(0)
-        fh.truncate()
-        fh.write(f"pid {os.getpid()} on {platform.node()}, since {datetime.now(UTC):%H:%M:%S} UTC")
-        fh.flush()
+        try:
+            fh.seek(0)
+            fh.truncate()
+            fh.write(f"pid {os.getpid()} on {platform.node()}, since "
+                     f"{datetime.now(UTC):%H:%M:%S} UTC")  # fmt: skip
+            fh.flush()
+        except OSError as exc:  # a full disk refuses even the holder's line
+            fcntl.flock(fh, fcntl.LOCK_UN)
+            with contextlib.suppress(OSError):  # close flushes what the disk refused again
+                fh.close()
+            if exc.errno == errno.ENOSPC:
+                raise StoreError(_disk_full(self.path, exc)) from None
+            raise StoreError(f"cannot use results directory {self.path.parent}: {exc}") from None
         self._fh = fh
         return self
 

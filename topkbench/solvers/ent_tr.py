@@ -212,8 +212,13 @@ def solve_ent_tr(
         return f, grad()
 
     f0, g0 = fun(W0.ravel())
-    scale = max(1.0, float(np.abs(g0).max()))
     trace.append(TracePoint(0, lam * f0, np.nan, np.nan, 0.0))
+    if g0.size == 0:  # no features: W is d x m empty, F is constant, the start is optimal
+        return EntTrResult(W=W0.copy(), primal=lam * f0, grad_norm=0.0, iterations=0,
+                           status="converged", message="no variables (the features have no "
+                           "columns)", seconds=time.perf_counter() - start,
+                           trace=trace)  # fmt: skip
+    scale = max(1.0, float(np.abs(g0).max()))
 
     def callback(intermediate_result):
         trace.append(
