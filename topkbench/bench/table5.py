@@ -31,7 +31,7 @@ def bench_table5(exp_warm, out_dir, progress=None) -> tuple[list[Table5BenchRow]
     from pathlib import Path
 
     from topkbench.experiments.report import build_report
-    from topkbench.experiments.store import RecordStore
+    from topkbench.experiments.store import read_records
     from topkbench.experiments.sweep import run_sweep
 
     # untimed: start the worker processes and load the compiled kernels in them
@@ -47,7 +47,7 @@ def bench_table5(exp_warm, out_dir, progress=None) -> tuple[list[Table5BenchRow]
         t0 = time.perf_counter()
         run_sweep(exp, progress)
         wall = time.perf_counter() - t0
-        recs = RecordStore(exp.results_dir, exp.name).load()
+        recs = read_records(exp.results_dir, exp.name)[0]
         rows.append(
             Table5BenchRow(
                 mode=mode,

@@ -207,13 +207,9 @@ def report(
         elif as_html or figures is not None:
             from topkbench.experiments.html import write_html_report
             from topkbench.experiments.selection import current_records
-            from topkbench.experiments.store import RecordStore
+            from topkbench.experiments.store import read_records
 
-            store = RecordStore(exp.results_dir, exp.name)
-            try:
-                records = current_records(exp, store.load())
-            finally:
-                store.close()
+            records = current_records(exp, read_records(exp.results_dir, exp.name)[0])
             page = Path(exp.results_dir) / exp.name / "report.html"
             paths += write_html_report(exp, rep, records, page, figures)
     except OSError as exc:  # a read-only or full results directory: the report still prints

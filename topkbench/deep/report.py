@@ -22,6 +22,7 @@ from topkbench.deep.protocol import (
 from topkbench.errors import ConfigError
 from topkbench.experiments.render import UNCERTIFIED, TableReport, load_published
 from topkbench.experiments.selection import TIE_TOL
+from topkbench.experiments.store import read_records
 
 PUBLISHED_TITLES = {"places205": "Places 205", "imagenet2012": "ImageNet 2012"}
 
@@ -68,7 +69,6 @@ def select_finetuned(ft: pd.DataFrame, ks) -> pd.DataFrame:
 def _classifier_selected(cfg: FinetuneConfig) -> tuple[pd.DataFrame, int]:
     """The classifier rows' selected models (per seed, row, k) and their fit count."""
     from topkbench.experiments.selection import current_records, select_per_k
-    from topkbench.experiments.store import RecordStore
 
     if not cfg.classifier.get("rows"):
         return pd.DataFrame(), 0
@@ -76,11 +76,7 @@ def _classifier_selected(cfg: FinetuneConfig) -> tuple[pd.DataFrame, int]:
     if not all(p.exists() for p in files.values()):
         return pd.DataFrame(), 0
     exp = classifier_experiment(cfg, files)
-    store = RecordStore(exp.results_dir, exp.name)
-    try:
-        records = current_records(exp, store.load())
-    finally:
-        store.close()
+    records = current_records(exp, read_records(exp.results_dir, exp.name)[0])
     if records.empty:
         return pd.DataFrame(), 0
     sel = select_per_k(records, exp)
@@ -176,17 +172,11 @@ def _published_block(published: pd.DataFrame, ks) -> tuple[list[str], list[dict]
 
 def build_finetune_report(cfg: FinetuneConfig) -> tuple[TableReport, pd.DataFrame]:
     """The report and the configuration's records (for the HTML page)."""
-    from topkbench.experiments.store import RecordStore
-
-    store = RecordStore(cfg.results_dir, cfg.name)
-    try:
-        everything = store.load()
-    finally:
-        store.close()
+    everything, where = read_records(cfg.results_dir, cfg.name)
     records = current(cfg, everything)
     if records.empty or not (records["stage"] == REFERENCE).any():
         raise ConfigError(
-            f"no records for experiment {cfg.name!r} in this configuration under {store.dir}",
+            f"no records for experiment {cfg.name!r} in this configuration under {where}",
             hint=f"topkbench sweep experiment={cfg.name} (with the same overrides)",
         )
     refs = records[records["stage"] == REFERENCE]

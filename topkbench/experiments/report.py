@@ -20,21 +20,17 @@ from topkbench.experiments.protocols.datasets import build_datasets_report
 from topkbench.experiments.protocols.rows import build_rows_report
 from topkbench.experiments.render import UNCERTIFIED, TableReport, load_published
 from topkbench.experiments.selection import select_per_k
-from topkbench.experiments.store import RecordStore
+from topkbench.experiments.store import read_records
 
 
 def build_report(exp: ExperimentConfig) -> TableReport:
     from topkbench.experiments.selection import current_records
 
-    store = RecordStore(exp.results_dir, exp.name)
-    try:
-        everything = store.load()
-    finally:
-        store.close()
+    everything, where = read_records(exp.results_dir, exp.name)
     records = current_records(exp, everything)
     if records.empty:
         raise ConfigError(
-            f"no records for experiment {exp.name!r} in this configuration under {store.dir}"
+            f"no records for experiment {exp.name!r} in this configuration under {where}"
             + (
                 f" ({len(everything)} records of other settings, data or code versions)"
                 if len(everything)

@@ -480,6 +480,16 @@ class RecordStore:
         return write_outputs([(path, fill)])[0]
 
 
+def read_records(root: str | os.PathLike, experiment: str) -> tuple[pd.DataFrame, Path]:
+    """Every record of the store of ``experiment`` under ``root`` (one snapshot, the store
+    closed again; empty where there is none yet) and the store's directory."""
+    store = RecordStore(root, experiment)
+    try:
+        return store.load(), store.dir
+    finally:
+        store.close()
+
+
 class WriterLock:
     """Exclusive right to write an experiment's records (held by a sweep's driver).
 
