@@ -32,6 +32,10 @@ from topkbench.validation import (
 )
 
 DOC_KEYS = frozenset({"title", "paper", "description", "source", "splits_expected"})
+# where a dataset's files are, not what they hold: ``dir`` names the directory its relative
+# file names are read from (the files' SHA-256 identify the data in record keys, so moving the
+# directory keeps its records)
+LOCATION_KEYS = frozenset({"dir"})
 
 # integer options' lower bounds; booleans are every spec field typed bool
 _DATASET_INTS = {"n_train": 1, "n_val": 0, "n_test": 0, "n_features": 1, "n_classes": 2,
@@ -123,7 +127,7 @@ class DatasetConfig:
 
     def spec_dict(self) -> dict[str, Any]:
         """What determines the data (for record keys): no titles, notes or download URLs."""
-        out = {k: v for k, v in self.as_dict().items() if k not in DOC_KEYS}
+        out = {k: v for k, v in self.as_dict().items() if k not in DOC_KEYS | LOCATION_KEYS}
         files = out.get("files")
         if isinstance(files, dict):
             out["files"] = {

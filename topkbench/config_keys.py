@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
-from topkbench.config import DOC_KEYS
+from topkbench.config import DOC_KEYS, LOCATION_KEYS
 from topkbench.dataset_specs import ALL_KINDS, PreprocessSpec
 from topkbench.errors import ConfigError
 from topkbench.validation import check_int, check_int_list, check_n_jobs, check_number
@@ -27,7 +27,7 @@ EXPERIMENT_KEYS = frozenset(
      "certify_time_limit", "certify_max_epochs", "empty_label", *SOLVER_KEYS}
 )  # fmt: skip
 # a dataset's keys: its identity, its files (topkbench.data.files), and every typed option
-DATASET_KEYS = DOC_KEYS | {
+DATASET_KEYS = DOC_KEYS | LOCATION_KEYS | {
     "name", "kind", "base", "files", "train", "val", "test", "xml", "holdout",
 } | {f.name for cls in (*ALL_KINDS.values(), PreprocessSpec) for f in fields(cls)}  # fmt: skip
 

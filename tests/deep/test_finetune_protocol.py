@@ -203,6 +203,11 @@ def test_a_store_without_records_or_with_part_of_them_is_reported_as_such(images
         ({"rows": []}, r"no fine-tuning rows"),
         ({"rows": [{"row": "x", "method": "topk_svm_alpha", "k": [2, 3]}]}, r"one k and one gamma"),
         ({"classifier": {"C_grd": {}}}, r"unknown experiment.classifier key\(s\): C_grd"),
+        ({"ks": [3, 5]}, r"experiment.ks must hold 1"),
+        ({"rows": [{"row": "LR^Multi", "method": "lr_multi"}]}, r"the reference network's name"),
+        ({"rows": [ROWS[1], {**ROWS[1], "row": "again"}]}, r"the same loss as another row"),
+        ({"rows": [{"row": "ml", "method": "svm_ml"}]}, r"is a multilabel loss"),
+        ({"classifier": {"rows": [{"row": "x", "method": "lr_ml"}]}}, r"is a multilabel loss"),
     ],
 )
 def test_impossible_settings_are_refused_with_their_range(images, tmp_path, change, message):
@@ -218,6 +223,13 @@ def test_cuda_where_torch_sees_none_is_refused(images, tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="device=cuda, but torch sees no CUDA device"):
         run_finetune(cfg)
     assert not any(tmp_path.iterdir())
+
+
+def test_a_dask_scheduler_is_refused(images, tmp_path):
+    root = _root(images, tmp_path)
+    root["scheduler"] = "tcp://127.0.0.1:8786"
+    with pytest.raises(ConfigError, match="scheduler= is not supported"):
+        FinetuneConfig.from_dict(root)
 
 
 def test_images_must_be_square_with_a_side_divisible_by_four():
@@ -252,3 +264,90 @@ def test_the_cli_refuses_overrides_of_the_wrong_layout_or_range(tmp_path, args, 
     assert res.exit_code not in (0, None) and "Traceback" not in res.output
     assert expected in " ".join(res.output.split())
     assert not any(tmp_path.iterdir())  # nothing ran
+
+
+def test_a_moved_results_directory_keeps_every_record(finished, tmp_path):
+    import shutil
+
+    cfg, _, rep, _ = finished
+    moved = tmp_path / "moved"
+    shutil.copytree(cfg.results_dir, moved)
+    there = dataclasses.replace(cfg, results_dir=str(moved))
+    rep2, _ = build_finetune_report(there)
+    assert rep2.markdown == rep.markdown and not rep2.incomplete
+
+
+def test_records_follow_their_row_when_it_is_renamed(finished):
+    cfg, _, rep, _ = finished
+    renamed = [dataclasses.replace(r, row=r.row + " renamed") for r in cfg.rows]
+    rep2, _ = build_finetune_report(dataclasses.replace(cfg, rows=tuple(renamed)))
+    t = rep2.table[rep2.table["block"] == "finetune"]
+    assert list(t["row"])[1:] == [r.row for r in renamed] and not rep2.incomplete
+    pd.testing.assert_series_equal(
+        t["top1_mean"].reset_index(drop=True),
+        rep.table[rep.table["block"] == "finetune"]["top1_mean"].reset_index(drop=True),
+    )
+
+
+def test_a_partial_classifier_sweep_is_reported_incomplete(finished, tmp_path):
+    import shutil
+
+    cfg, _, _, _ = finished
+    copy = tmp_path / "copy"
+    shutil.copytree(cfg.results_dir, copy)
+    db = copy / cfg.name / "classifier" / "records.sqlite"
+    with sqlite3.connect(db) as conn:
+        (key,) = conn.execute("SELECT key FROM records LIMIT 1").fetchone()
+        conn.execute("DELETE FROM records WHERE key = ?", (key,))
+    rep, _ = build_finetune_report(dataclasses.replace(cfg, results_dir=str(copy)))
+    assert rep.incomplete and "1 of the classifier rows' grid fits" in rep.markdown
+
+
+def test_the_export_holds_the_classifier_fits_too(finished, tmp_path):
+    from typer.testing import CliRunner
+
+    from topkbench.cli import app
+    from topkbench.experiments.store import RecordStore, read_records
+
+    cfg, _, _, _ = finished
+    fits = read_records(f"{cfg.results_dir}/{cfg.name}", "classifier")[0]
+    out = tmp_path / "all.csv"
+    RecordStore(cfg.results_dir, cfg.name).export(out, (fits.assign(stage="classifier"),))
+    df = pd.read_csv(out)
+    assert df["stage"].value_counts().to_dict() == {"finetune": 16, "classifier": 4, "reference": 2}
+    res = CliRunner().invoke(app, ["report", "experiment=table6", f"results_dir={tmp_path}",
+                                   "--figures", str(tmp_path / "f")])  # fmt: skip
+    assert res.exit_code != 0 and "the fine-tuning report has no plots" in res.output
+
+
+def test_a_diverging_rate_is_a_candidate_that_loses_and_a_diverging_reference_an_error(
+    images, tmp_path
+):
+    root = _root(images, tmp_path, seeds=1, classifier={},
+                 finetune={"epochs": 2, "lrs": [1e9], "batch_size": 16})  # fmt: skip
+    root["experiment"]["rows"] = ROWS[1:]
+    cfg = FinetuneConfig.from_dict(root)
+    run_finetune(cfg)
+    recs = [r for r in _records(cfg).values() if r["stage"] == "finetune"]
+    assert [r["status"] for r in recs] == ["diverged", "diverged"]
+    rep, _ = build_finetune_report(cfg)
+    assert "2 fine-tuning candidates diverged" in rep.markdown and not rep.incomplete
+    row = rep.table[rep.table["row"] == "LR^Multi (FT)"].iloc[0]
+    assert row["top1_seeds"] == 0
+    bad = _root(images, tmp_path / "b", seeds=1, classifier={},
+                reference={"epochs": 1, "lr": 1e9, "batch_size": 16})  # fmt: skip
+    with pytest.raises(ConfigError, match="reference network of seed 0: .* diverged") as err:
+        run_finetune(FinetuneConfig.from_dict(bad))
+    assert err.value.hint == "lower experiment.reference.lr"
+
+
+def test_the_report_reads_the_records_digests_where_the_data_file_is_gone(finished, images):
+    cfg, _, rep, _ = finished
+    hidden = images.with_name("hidden.npz")
+    images.rename(hidden)
+    try:
+        rep2, _ = build_finetune_report(cfg)
+    finally:
+        hidden.rename(images)
+    assert "is not on this machine" in rep2.markdown
+    assert rep2.markdown.split("The data file")[0] == rep.markdown.split("The paper's rows")[0]

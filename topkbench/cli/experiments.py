@@ -83,14 +83,15 @@ def _finetune_sweep(root) -> None:
         "epoch(s), %d classifier row(s); %s on %s, records in %s/%s",
         cfg.name, cfg.seeds, len(cfg.rows), len(cfg.finetune_lrs), cfg.finetune_epochs,
         len(cfg.classifier.get("rows") or ()),
-        f"dask scheduler {cfg.scheduler}" if cfg.scheduler else f"n_jobs={cfg.n_jobs}",
-        cfg.device, cfg.results_dir, cfg.name,
+        f"n_jobs={cfg.n_jobs}", cfg.device, cfg.results_dir, cfg.name,
     )  # fmt: skip
     counts = {"done": 0, "cached": 0, "failed": 0, "skipped": 0, "not_converged": 0}
     with sweep_progress(cfg.name, counts) as (on_done, on_stage):
         run_finetune(cfg, on_done, on_stage)
-    log.info("finished: %d new networks, fine-tunings and fits, %d cached", counts["done"],
-             counts["cached"])  # fmt: skip
+    log.info("finished: %d new networks, fine-tunings and fits, %d cached, %d failed",
+             counts["done"], counts["cached"], counts["failed"])  # fmt: skip
+    if counts["failed"]:
+        raise typer.Exit(1)
 
 
 @contextmanager
@@ -192,6 +193,11 @@ def report(
         from topkbench.deep.report import build_finetune_report
 
         exp = FinetuneConfig.from_dict(root)
+        if figures is not None:
+            from topkbench.errors import ConfigError
+
+            raise ConfigError("--figures: the fine-tuning report has no plots",
+                              hint="report --html writes its page")  # fmt: skip
         rep, records = build_finetune_report(exp)
     else:
         exp = ExperimentConfig.from_dict(root)
@@ -251,7 +257,15 @@ def export(
     from topkbench.experiments.store import RecordStore
 
     root = compose(overrides, "export")
-    exp = (FinetuneConfig if is_finetune(root) else ExperimentConfig).from_dict(root)
+    also = ()
+    if is_finetune(root):  # its classifier rows' fits are an experiment of their own
+        from topkbench.experiments.store import read_records
+
+        exp = FinetuneConfig.from_dict(root)
+        fits = read_records(Path(exp.results_dir) / exp.name, "classifier")[0]
+        also = (fits.assign(stage="classifier"),) if len(fits) else ()
+    else:
+        exp = ExperimentConfig.from_dict(root)
     store = RecordStore(exp.results_dir, exp.name)
-    path = store.export(out)
+    path = store.export(out, also)
     sys.stderr.write(f"written: {path}\n")

@@ -82,11 +82,14 @@ def open_text(path: Path, errors: str = "strict"):
 
 
 def resolve_path(cfg: DatasetConfig, name: str) -> Path:
-    """An absolute path, a path existing relative to the cwd, or ``<dir>/<dataset>/name`` in
+    """An absolute path, a name in the dataset's own ``dir`` (when it has one), a path existing
+    relative to the cwd, or ``<dir>/<dataset>/name`` in
     the first of :func:`data_dirs` that holds it (else in the first one: where a download
     goes); where that file is absent but a compressed copy (``name.gz``, ``.bz2``, ``.xz``)
     lies beside it, the copy (the real Mulan sets are shipped gzipped)."""
     p = Path(name).expanduser()
+    if cfg.get("dir") and not p.is_absolute():
+        return _or_compressed(Path(cfg.get("dir")).expanduser() / p)
     if p.is_absolute() or p.exists():
         return _or_compressed(p)
     candidates = [_or_compressed(d / cfg.name / name) for d in data_dirs()]

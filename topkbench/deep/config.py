@@ -118,6 +118,40 @@ def _schedule(where: str, d: dict[str, Any], **fixed) -> Schedule:
         raise ConfigError(f"{where}.{exc}") from None
 
 
+REFERENCE_ROW = "LR^Multi"  # Table 6's name of the network before fine-tuning
+
+
+def _multiclass(row: SweepRow) -> None:
+    from topkbench.losses.registry import get_method
+
+    spec = get_method(row.method)
+    if spec.task != "multiclass":
+        raise ConfigError(f"row {row.row!r}: {spec.name} is a multilabel loss; the fine-tuning "
+                          "protocol trains multiclass networks")  # fmt: skip
+    if row.k_values or row.gamma_values or row.kernel != "linear":
+        raise ConfigError(f"row {row.row!r}: rows of this protocol take one k and one gamma")
+
+
+def _check_rows(rows: tuple[SweepRow, ...]) -> None:
+    """Fine-tuning rows: multiclass losses with a PyTorch implementation, each named once
+    (not as the reference network) and each a different loss (the records of a loss are
+    shared by rows that would train the same one)."""
+    losses = set()
+    for r in rows:
+        _multiclass(r)
+        if r.method in ("wtopk_svm",):
+            raise ConfigError(f"row {r.row!r}: {r.method} has no PyTorch implementation yet")
+        if r.row == REFERENCE_ROW:
+            raise ConfigError(f"row {r.row!r} is the reference network's name; name the "
+                              "fine-tuned row otherwise, e.g. 'LR^Multi (FT)'")  # fmt: skip
+        loss = (r.method, r.k, r.gamma)
+        if loss in losses:
+            raise ConfigError(f"row {r.row!r} fine-tunes the same loss as another row")
+        losses.add(loss)
+    if len({r.row for r in rows}) != len(rows):
+        raise ConfigError("fine-tuning rows must have different names")
+
+
 @dataclass(frozen=True)
 class FinetuneConfig:
     """A fine-tuning experiment (TPAMI Table 6's protocol on one image dataset)."""
@@ -141,7 +175,7 @@ class FinetuneConfig:
     published: str | None = None
     results_dir: str = "results"
     n_jobs: int = 1
-    scheduler: str | None = None
+    scheduler: None = None  # local workers only (the sweep's driver reads it)
     layout: str = LAYOUT
 
     @property
@@ -166,12 +200,7 @@ class FinetuneConfig:
         rows = tuple(SweepRow.from_dict(r) for r in exp.get("rows") or ())
         if not rows:
             raise ConfigError(f"experiment {name}: no fine-tuning rows")
-        from topkbench.losses.registry import get_method
-
-        for r in rows:
-            get_method(r.method)
-            if r.k_values or r.gamma_values or r.kernel != "linear":
-                raise ConfigError(f"row {r.row!r}: fine-tuning rows take one k and one gamma")
+        _check_rows(rows)
         network = _section("experiment.network", exp.get("network"), _NETWORK_KEYS)
         ref = _section("experiment.reference", exp.get("reference"), _REFERENCE_KEYS)
         ft = _section("experiment.finetune", exp.get("finetune"), _FINETUNE_KEYS)
@@ -192,9 +221,21 @@ class FinetuneConfig:
             )
         lrs = tuple(check_positive(f"experiment.finetune.lrs[{i}]", v) for i, v in enumerate(lrs))
         ks = check_int_list("experiment.ks", exp.get("ks", [1, 3, 5, 10]), 1)
-        if not ks:
-            raise ConfigError("experiment.ks must be a non-empty list of integers >= 1")
-        scheduler = root.get("scheduler")
+        if 1 not in ks:
+            raise ConfigError(f"experiment.ks must hold 1 (the reference network's epoch is "
+                              f"selected by top-1 accuracy); got {list(ks)}")  # fmt: skip
+        for i, r in enumerate(classifier.get("rows") or ()):
+            if not isinstance(r, dict) or "row" not in r or "method" not in r:
+                raise ConfigError(f"experiment.classifier.rows[{i}] needs a row and a method")
+            _multiclass(SweepRow.from_dict(r))
+        if root.get("scheduler"):
+            # the fine-tuning tasks read the reference's weights from the results directory,
+            # which a Dask cluster's workers do not have
+            raise ConfigError(
+                "the fine-tuning protocol runs on local worker processes; scheduler= is not "
+                "supported for it",
+                hint="use n_jobs=N",
+            )
         return cls(
             name=name,
             title=str(exp.get("title", name)),
@@ -215,5 +256,4 @@ class FinetuneConfig:
             published=exp.get("published"),
             results_dir=str(root.get("results_dir", "results")),
             n_jobs=check_n_jobs(root.get("n_jobs", 1)),
-            scheduler=str(scheduler) if scheduler else None,
         )

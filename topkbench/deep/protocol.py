@@ -35,13 +35,12 @@ from typing import Any
 import numpy as np
 
 from topkbench.config import SweepRow
-from topkbench.deep.config import FinetuneConfig
+from topkbench.deep.config import REFERENCE_ROW, FinetuneConfig
 from topkbench.errors import ConfigError
 from topkbench.experiments.plan import PathSummary
 from topkbench.experiments.store import CheckpointRef, read_checkpoint, spec_key
 
 REFERENCE, FINETUNE = "reference", "finetune"
-REFERENCE_ROW = "LR^Multi"  # Table 6's name of the network before fine-tuning
 
 
 def require_torch(device: str = "cpu") -> None:
@@ -77,8 +76,20 @@ def reference_spec(cfg: FinetuneConfig, seed: int, digests: dict[str, str] | Non
         "schedule": asdict(cfg.reference),
         "ks": list(cfg.ks),
         "device": cfg.device,
+        "torch": _torch_version(),
         "version": topkbench.__version__,
     }
+
+
+def _torch_version() -> str | None:
+    """The installed torch's version (its kernels change the numbers), read without importing
+    it (the report needs no torch)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("torch")
+    except PackageNotFoundError:
+        return None
 
 
 def finetune_spec(cfg: FinetuneConfig, ref_key: str, row: SweepRow, lr: float, epoch: int):
@@ -203,24 +214,17 @@ class ReferenceTask:
 
         def on_epoch(epoch: int, net) -> None:
             val = accuracies(net, *splits["val"], cfg.ks)
-            curve.append(val[cfg.ks[0]] / 100.0)
-            if not best or val[1 if 1 in val else cfg.ks[0]] > best["score"] + 1e-9:
-                best.update(
-                    epoch=epoch,
-                    score=val[1 if 1 in val else cfg.ks[0]],
-                    val=val,
-                    state={k: v.clone() for k, v in net.state_dict().items()},
-                )
+            curve.append(val[1] / 100.0)
+            if not best or val[1] > best["score"] + 1e-9:
+                state = {k: v.clone() for k, v in net.state_dict().items()}
+                best.update(epoch=epoch, score=val[1], val=val, state=state)
 
-        losses = train(
-            model,
-            *splits["train"],
-            "lr_multi",
-            cfg.reference_epochs,
-            cfg.reference,
-            gen,
-            on_epoch=on_epoch,
-        )
+        try:
+            losses = train(model, *splits["train"], "lr_multi", cfg.reference_epochs,
+                           cfg.reference, gen, on_epoch=on_epoch)  # fmt: skip
+        except FloatingPointError as exc:
+            raise ConfigError(f"the reference network of seed {self.seed}: {exc}",
+                              hint="lower experiment.reference.lr") from None  # fmt: skip
         model.load_state_dict(best["state"])
         test = accuracies(model, *splits["test"], cfg.ks)
         seconds = time.perf_counter() - t0
@@ -253,7 +257,8 @@ class ReferenceTask:
 @dataclass(frozen=True)
 class FinetuneTask:
     """Fine-tune seed ``seed``'s reference with one row's loss at one rate; one record per
-    epoch (``points``: ``(epoch, key, spec)`` of the epochs not yet stored)."""
+    epoch (``points``: ``(epoch, key, spec)`` of every epoch; a run missing any of them
+    trains all, and writes the same numbers again for those stored)."""
 
     seed: int
     row: SweepRow
@@ -275,14 +280,12 @@ class FinetuneTask:
         gen = deterministic(self.seed)  # the same data order for every row and rate
         keys = {epoch: (key, spec) for epoch, key, spec in self.points}
         done = 0
+        last = [time.perf_counter()]
 
-        def on_epoch(epoch: int, net) -> None:
+        def emit_epoch(epoch: int, val, test, status: str) -> None:
             nonlocal done
-            if epoch not in keys:
-                return
             key, spec = keys[epoch]
-            val = accuracies(net, *splits["val"], cfg.ks)
-            test = accuracies(net, *splits["test"], cfg.ks)
+            now = time.perf_counter()
             record = {
                 "experiment": cfg.name,
                 "stage": FINETUNE,
@@ -296,26 +299,29 @@ class FinetuneTask:
                 "epoch": epoch,
                 "reference": spec["reference"],
                 "n_classes": m,
-                "status": "trained",
-                "train_seconds": time.perf_counter() - t0,
+                "status": status,
+                "train_seconds": now - last[0],  # this epoch and its evaluation
                 **_accuracy_fields("val", val),
                 **_accuracy_fields("test", test),
             }
+            last[0] = now
             emit(key, record, ())
             done += 1
 
+        def on_epoch(epoch: int, net) -> None:
+            val = accuracies(net, *splits["val"], cfg.ks)
+            emit_epoch(epoch, val, accuracies(net, *splits["test"], cfg.ks), "trained")
+
         schedule = replace(cfg.finetune, lr=self.lr)
-        train(
-            model,
-            *splits["train"],
-            self.row.method,
-            max(keys),
-            schedule,
-            gen,
-            k=self.row.k,
-            gamma=self.row.gamma,
-            on_epoch=on_epoch,
-        )
+        try:
+            train(model, *splits["train"], self.row.method, max(keys), schedule, gen,
+                  k=self.row.k, gamma=self.row.gamma, on_epoch=on_epoch)  # fmt: skip
+        except FloatingPointError:
+            # a rate too large for this loss: a candidate that no column selects, not the
+            # end of the run (its accuracies are NaN)
+            nan = dict.fromkeys(cfg.ks, math.nan)
+            for epoch in sorted(keys)[done:]:
+                emit_epoch(epoch, nan, nan, "diverged")
         return PathSummary(
             self.row.row,
             self.seed,
@@ -327,11 +333,12 @@ class FinetuneTask:
 
 
 # -- the driver side ---------------------------------------------------------------------------
-def reference_keys(cfg: FinetuneConfig) -> dict[int, str]:
-    """Each seed's reference record key."""
+def reference_keys(cfg: FinetuneConfig, digests: dict[str, str] | None = None) -> dict[int, str]:
+    """Each seed's reference record key (``digests``: the data files' SHA-256, default:
+    hashed now)."""
     from topkbench.data.files import file_digests
 
-    digests = file_digests(cfg.dataset)
+    digests = file_digests(cfg.dataset) if digests is None else digests
     return {s: spec_key(reference_spec(cfg, s, digests)) for s in cfg.seed_values}
 
 
@@ -399,7 +406,8 @@ def classifier_experiment(cfg: FinetuneConfig, files: dict[int, Path]):
             {
                 "name": f"seed{s}",
                 "kind": "features",
-                "files": {sp: {"file": str(p)} for sp in ("train", "val", "test")},
+                "dir": str(p.parent),  # not in the record keys: the store can move
+                "files": {sp: {"file": p.name} for sp in ("train", "val", "test")},
             }
             for s, p in files.items()
         ],

@@ -9,11 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from topkbench.deep.config import FinetuneConfig
+from topkbench.deep.config import REFERENCE_ROW, FinetuneConfig
 from topkbench.deep.protocol import (
     FINETUNE,
     REFERENCE,
-    REFERENCE_ROW,
     classifier_experiment,
     features_file,
     finetune_points,
@@ -27,28 +26,45 @@ from topkbench.experiments.store import read_records
 PUBLISHED_TITLES = {"places205": "Places 205", "imagenet2012": "ImageNet 2012"}
 
 
-def current(cfg: FinetuneConfig, records: pd.DataFrame) -> pd.DataFrame:
-    """The records of this configuration: the keys its specs give (other settings, data files
-    or code versions are left out)."""
-    if records.empty:
-        return records
-    keys = set()
-    for ref_key in reference_keys(cfg).values():
-        keys.add(ref_key)
+def stored_digests(cfg: FinetuneConfig, records: pd.DataFrame) -> dict[str, str] | None:
+    """None where the data file is on this machine (it is hashed), else the digests its
+    reference records carry (a report elsewhere; empty when there is none)."""
+    from topkbench.data.files import missing_files
+
+    if not missing_files(cfg.dataset):
+        return None
+    refs = records[records["stage"] == REFERENCE] if "stage" in records else records[:0]
+    return next((d for d in refs.get("data_sha256", []) if isinstance(d, dict)), {})
+
+
+def current(cfg: FinetuneConfig, records: pd.DataFrame, digests=None) -> pd.DataFrame:
+    """The records of this configuration (``digests``: :func:`stored_digests`): the keys its
+    specs give (other settings, data files or code versions are left out), each fine-tuning
+    record under the name its row has now (a row's name is a label, not part of its key)."""
+    if records.empty or digests == {}:
+        return records[:0]
+    rows = {}
+    for ref_key in reference_keys(cfg, digests).values():
+        rows[ref_key] = REFERENCE_ROW
         for row in cfg.rows:
             for lr in cfg.finetune_lrs:
-                keys |= {key for _, key, _ in finetune_points(cfg, ref_key, row, lr)}
-    return records[records["key"].isin(keys)].reset_index(drop=True)
+                rows |= {key: row.row for _, key, _ in finetune_points(cfg, ref_key, row, lr)}
+    out = records[records["key"].isin(rows)].reset_index(drop=True)
+    out["row"] = out["key"].map(rows)
+    return out
 
 
 def select_finetuned(ft: pd.DataFrame, ks) -> pd.DataFrame:
     """Per (seed, row, k): the (rate, epoch) with the best val top-k accuracy (ties: fewer
-    epochs, then the smaller rate) and its test accuracy (%)."""
+    epochs, then the smaller rate) and its test accuracy (%); a diverged candidate (NaN) is
+    never selected."""
     out = []
     for (seed, row), grp in ft.groupby(["seed", "row"], sort=False):
         grp = grp.sort_values(["epoch", "lr"], kind="stable")
         for k in ks:
-            val = grp[f"val_top{k}"].to_numpy(dtype=float)
+            val = np.nan_to_num(grp[f"val_top{k}"].to_numpy(dtype=float), nan=-np.inf)
+            if not np.isfinite(val.max()):
+                continue
             i = int(np.flatnonzero(val >= val.max() - TIE_TOL)[0])
             hit = grp.iloc[i]
             out.append(
@@ -66,22 +82,28 @@ def select_finetuned(ft: pd.DataFrame, ks) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def _classifier_selected(cfg: FinetuneConfig) -> tuple[pd.DataFrame, int]:
-    """The classifier rows' selected models (per seed, row, k) and their fit count."""
+def _classifier_selected(cfg: FinetuneConfig, digests) -> tuple[pd.DataFrame, int, int]:
+    """The classifier rows' selected models (per seed, row, k), their fit count, and how
+    many base-grid fits are missing (:func:`topkbench.experiments.report.missing_fits`; a
+    seed without records, or without its features file, misses all of its own)."""
+    from topkbench.experiments.report import missing_fits
     from topkbench.experiments.selection import current_records, select_per_k
 
-    if not cfg.classifier.get("rows"):
-        return pd.DataFrame(), 0
-    files = {s: features_file(cfg, s, key) for s, key in reference_keys(cfg).items()}
-    if not all(p.exists() for p in files.values()):
-        return pd.DataFrame(), 0
+    rows = cfg.classifier.get("rows") or ()
+    if not rows:
+        return pd.DataFrame(), 0, 0
+    keys = reference_keys(cfg, digests)
+    files = {s: features_file(cfg, s, key) for s, key in keys.items()}
     exp = classifier_experiment(cfg, files)
+    per_seed = len(rows) * len(exp.C_values)
     records = current_records(exp, read_records(exp.results_dir, exp.name)[0])
     if records.empty:
-        return pd.DataFrame(), 0
+        return pd.DataFrame(), 0, len(files) * per_seed
     sel = select_per_k(records, exp)
     sel["seed"] = sel["dataset"].str.removeprefix("seed").astype(int)
-    return sel, len(records)
+    missing, _ = missing_fits(exp, records)
+    not_run = len(files) - records["dataset"].nunique()
+    return sel, len(records), missing + not_run * per_seed
 
 
 def _summary(block: str, row: str, sel: pd.DataFrame, ref: dict, ks) -> dict[str, object]:
@@ -173,7 +195,8 @@ def _published_block(published: pd.DataFrame, ks) -> tuple[list[str], list[dict]
 def build_finetune_report(cfg: FinetuneConfig) -> tuple[TableReport, pd.DataFrame]:
     """The report and the configuration's records (for the HTML page)."""
     everything, where = read_records(cfg.results_dir, cfg.name)
-    records = current(cfg, everything)
+    digests = stored_digests(cfg, everything)
+    records = current(cfg, everything, digests)
     if records.empty or not (records["stage"] == REFERENCE).any():
         raise ConfigError(
             f"no records for experiment {cfg.name!r} in this configuration under {where}",
@@ -201,7 +224,7 @@ def build_finetune_report(cfg: FinetuneConfig) -> tuple[TableReport, pd.DataFram
         (s, k): v for s, k, v in zip(ref_sel["seed"], ref_sel["k"], ref_sel["test"], strict=True)
     }
     ft_sel = select_finetuned(ft, ks) if len(ft) else pd.DataFrame()
-    cls_sel, n_cls = _classifier_selected(cfg)
+    cls_sel, n_cls, cls_missing = _classifier_selected(cfg, digests)
     rows = [_summary("finetune", REFERENCE_ROW, ref_sel, ref, ks)]
     for r in cfg.rows:
         part = ft_sel[ft_sel["row"] == r.row] if len(ft_sel) else ft_sel
@@ -228,7 +251,10 @@ def build_finetune_report(cfg: FinetuneConfig) -> tuple[TableReport, pd.DataFram
         )
     paper_lines, paper_rows = _published_block(published, ks)
     lines += paper_lines
-    lines += _notes(cfg, refs, ft, ft_sel, cls_sel, n_cls, seeds)
+    lines += _notes(cfg, refs, ft, cls_sel, n_cls, seeds)
+    if digests is not None:
+        lines.insert(-1, f"The data file of {cfg.dataset.name} is not on this machine: the "
+                         "records' own data digests were used.")  # fmt: skip
     selected = pd.concat(
         [
             ref_sel.assign(block="finetune"),
@@ -240,30 +266,35 @@ def build_finetune_report(cfg: FinetuneConfig) -> tuple[TableReport, pd.DataFram
     if paper_rows:
         table = pd.concat([table, pd.DataFrame(paper_rows)], ignore_index=True)
     rep = TableReport("\n".join(lines) + "\n", table, selected)
-    rep.incomplete = _incomplete(cfg, refs, ft, cls_sel, seeds)
-    if rep.incomplete:
+    missing = _missing(cfg, refs, ft, cls_missing)
+    rep.incomplete = bool(missing)
+    if missing:
         rep.markdown = (
-            "> **Incomplete run:** some networks or fine-tunings of this "
-            "configuration are missing; finish it with `topkbench sweep` (same "
-            "overrides).\n\n" + rep.markdown
+            f"> **Incomplete run:** missing {'; '.join(missing)}; the cells below come from "
+            "what is there. Finish it with `topkbench sweep` (same overrides).\n\n" + rep.markdown
         )
     return rep, records
 
 
-def _incomplete(cfg, refs, ft, cls_sel, seeds) -> bool:
-    expected_ft = cfg.seeds * len(cfg.rows) * len(cfg.finetune_lrs) * cfg.finetune_epochs
-    missing_cls = bool(cfg.classifier.get("rows")) and (
-        cls_sel.empty or set(cls_sel["seed"]) != set(cfg.seed_values)
-    )
-    return len(seeds) < cfg.seeds or len(ft) < expected_ft or missing_cls
+def _missing(cfg, refs, ft, cls_missing: int) -> list[str]:
+    """What a finished run of this configuration holds that the store does not."""
+    out = []
+    if len(refs) < cfg.seeds:
+        out.append(f"{cfg.seeds - len(refs)} of {cfg.seeds} reference networks")
+    expected = cfg.seeds * len(cfg.rows) * len(cfg.finetune_lrs) * cfg.finetune_epochs
+    if len(ft) < expected:
+        out.append(f"{expected - len(ft)} of {expected} fine-tuning candidates")
+    if cls_missing:
+        out.append(f"{cls_missing} of the classifier rows' grid fits")
+    return out
 
 
-def _notes(cfg: FinetuneConfig, refs, ft, ft_sel, cls_sel, n_cls, seeds) -> list[str]:
+def _notes(cfg: FinetuneConfig, refs, ft, cls_sel, n_cls, seeds) -> list[str]:
     ref_epochs = ", ".join(str(int(e)) for e in refs.sort_values("seed")["epoch"])
     listed = ", ".join(map(str, seeds))
     lines = [
         f"Test accuracy (%), mean ± sample std over {len(seeds)} seeds ({listed}"
-        "; each seed drives its network's initialization, data order and classifier fits). "
+        "; each drives its network's initialization and data order). "
         "Δ = the mean over seeds of the row minus the reference network of the same seed.",
         f"Reference: a CNN ({cfg.channels[0]}-{cfg.channels[1]} 3x3 convolutions, "
         f"{cfg.hidden} hidden units) trained from scratch with LR^Multi, SGD (momentum "
@@ -287,6 +318,10 @@ def _notes(cfg: FinetuneConfig, refs, ft, ft_sel, cls_sel, n_cls, seeds) -> list
             f"nonconvex Ent_tr rows): {n_cert} of {n_sel}."
             + (f" {UNCERTIFIED} marks a cell with an uncertified model." if n_cert < n_sel else "")
         )
+    diverged = int((ft["status"] == "diverged").sum()) if len(ft) else 0
+    if diverged:
+        lines.append(f"{diverged} fine-tuning candidates diverged (their rate is too large for "
+                     "their loss) and were not selectable.")  # fmt: skip
     lines.append(
         "The paper's rows come from much larger networks and datasets (TPAMI Table 6); "
         "they are context, not targets."

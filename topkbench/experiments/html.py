@@ -289,7 +289,7 @@ def _health(records, plots) -> str:
     )  # fmt: skip
 
 
-def _cell(value, column: str) -> str:
+def _cell(value, column: str, bands: bool = True) -> str:
     if isinstance(value, (float, np.floating)):
         text = "—" if not np.isfinite(value) else f"{value:.4g}"
         attr = f' data-value="{float(value)!r}"'
@@ -297,7 +297,8 @@ def _cell(value, column: str) -> str:
         text = html.escape(str(value))
         attr = f' data-value="{html.escape(str(value))}"'
     cls = ""
-    if column == "diff" and isinstance(value, (float, np.floating)) and np.isfinite(value):
+    number = isinstance(value, (float, np.floating)) and np.isfinite(value)
+    if bands and column == "diff" and number:
         band = int(np.searchsorted(DIFF_BANDS, abs(value), side="right"))
         cls = f' class="d{band}"'
     elif column == "uncertified" and value and value != 0:
@@ -315,9 +316,10 @@ def _inline(text: str) -> str:
     return re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
 
 
-def _markdown(text: str) -> str:
-    """The report's Markdown as HTML: headings, pipe tables (Δ cells coloured by size, cells
-    marked uncertified in red), quotes and paragraphs; the only Markdown the reports write."""
+def _markdown(text: str, bands: bool = True) -> str:
+    """The report's Markdown as HTML: headings, pipe tables (Δ cells coloured by their size
+    as distances to the paper where ``bands``, cells marked uncertified in red), quotes and
+    paragraphs; the only Markdown the reports write."""
     from topkbench.experiments.render import UNCERTIFIED
 
     out: list[str] = []
@@ -337,7 +339,7 @@ def _markdown(text: str) -> str:
                 tds = []
                 for name, c in zip(head, r, strict=False):
                     cls = ""
-                    if name == "Δ":
+                    if name == "Δ" and bands:
                         try:
                             band = int(np.searchsorted(DIFF_BANDS, abs(float(c)), side="right"))
                             cls = f' class="d{band}"'
@@ -360,10 +362,12 @@ def _markdown(text: str) -> str:
     return "\n".join(out)
 
 
-def _table(table: pd.DataFrame) -> str:
+def _table(table: pd.DataFrame, bands: bool = True) -> str:
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in table.columns)
     body = "".join(
-        "<tr>" + "".join(_cell(v, c) for c, v in zip(table.columns, row, strict=True)) + "</tr>"
+        "<tr>"
+        + "".join(_cell(v, c, bands) for c, v in zip(table.columns, row, strict=True))
+        + "</tr>"
         for row in table.itertuples(index=False)
     )
     return f'<table class="report" id="report-table"><tr>{head}</tr>{body}</table>'
@@ -432,8 +436,10 @@ def _write_page(title: str, parts: list[str], path: Path) -> Path:
 
 def write_table_page(title: str, rep, records: pd.DataFrame, path: Path) -> Path:
     """A page of the report's tables and notes, every value of ``report.csv`` and the
-    provenance of ``records``, for layouts without C paths (the fine-tuning protocol)."""
-    parts = [_markdown(rep.markdown), "<details><summary>Every value of report.csv</summary>",
-             _table(rep.table), "</details>",
+    provenance of ``records``, for layouts without C paths (the fine-tuning protocol, whose
+    Δ are differences to its own reference network, not distances to the paper: uncoloured)."""
+    parts = [_markdown(rep.markdown, bands=False),
+             "<details><summary>Every value of report.csv</summary>",
+             _table(rep.table, bands=False), "</details>",
              "<h2>Provenance</h2>", _provenance(records)]  # fmt: skip
     return _write_page(title, parts, path)

@@ -445,10 +445,11 @@ class RecordStore:
         ref = self.checkpoint_ref(key)
         return None if ref is None else read_checkpoint(ref)
 
-    def export(self, path: str | os.PathLike) -> Path:
+    def export(self, path: str | os.PathLike, also: tuple[pd.DataFrame, ...] = ()) -> Path:
         """Write every record to ``path`` (``.parquet`` or ``.csv``, atomically: a failed
-        write leaves ``path`` as it was).  A store without records, and a path that is a
-        directory or cannot be written, are refused with one line naming them."""
+        write leaves ``path`` as it was), followed by the records ``also`` (another store's,
+        of the same experiment).  A store without records, and a path that is a directory or
+        cannot be written, are refused with one line naming them."""
         path = Path(path)
         if path.is_dir():
             raise StoreError(
@@ -458,6 +459,8 @@ class RecordStore:
         if path.suffix not in (".parquet", ".csv"):
             raise ConfigError(f"export to {path}: use a .parquet or .csv file name")
         df = self.load()
+        if also and not df.empty:
+            df = pd.concat([df, *also], ignore_index=True)
         if df.empty:
             raise StoreError(
                 f"no records in {self.dir}: nothing to export",
