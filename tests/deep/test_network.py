@@ -61,6 +61,14 @@ def test_training_learns_and_fine_tuning_moves_on_with_each_loss():
         train(model, X, y, method, 1, Schedule(lr=0.01, batch_size=16), deterministic(1),
               k=k, gamma=gamma)  # fmt: skip
     assert any(not torch.equal(p, q) for p, q in zip(before, model.parameters(), strict=True))
+    # wtopk_svm's rank weights reach the loss: other weights, another network
+    tuned = []
+    for weights in ("flat", "exp"):
+        net, _, _, _ = _fit(0, epochs=1)
+        train(net, X, y, "wtopk_svm", 1, Schedule(lr=0.05, batch_size=16), deterministic(1),
+              k=3, gamma=0.5, weights=weights)  # fmt: skip
+        tuned.append(scores(net, X))
+    assert not np.array_equal(*tuned)
     F = features(model, X)
     assert F.shape == (96, 16) and np.isfinite(F).all()
 

@@ -20,13 +20,30 @@ def label_csr(y, m):
     return np.cumsum(ptr), cols.astype(np.int64)
 
 
+def weights_of(method, k):
+    """The rank weights the tests give wtopk_svm for its k (each scheme in turn), else flat."""
+    return ("flat", "linear", "exp")[k % 3] if method == "wtopk_svm" else "flat"
+
+
+def rank_weights(method, k, m):
+    """wtopk_svm's weights zero-padded to m, as the kernels take them (empty otherwise)."""
+    if method != "wtopk_svm":
+        return np.empty(0)
+    from topkbench.solvers.frank_wolfe import weight_vector
+
+    rho = np.zeros(m)
+    w = weight_vector(weights_of(method, k), k, m)
+    rho[: w.size] = w
+    return rho
+
+
 def numba_values(method, S, y, k, gamma):
     """``L(y_i, S_i)`` row by row from the kernels' objective terms."""
     loss_id = get_method(method).loss_id
     n, m = S.shape
     yptr, yidx = label_csr(y, m)
     out = np.empty(n)
-    rho = np.empty(0)
+    rho = rank_weights(method, k, m)
     for i in range(n):
         ptr = yptr[i : i + 2] - yptr[i]
         lab = yidx[yptr[i] : yptr[i + 1]]
@@ -48,20 +65,56 @@ def numba_gradient(method, S, y, k, gamma):
         return limit_gradient(method, S, y, k)
     if method == "svm_ml" and gamma == 0.0:
         return ml_limit_gradient(S, y)
+    if method == "wtopk_svm" and gamma == 0.0:
+        return wtopk_limit_gradient(S, y, rank_weights(method, k, S.shape[1]))
     if method == "svm_ova" and gamma == 0.0:
         sign = -np.ones_like(S)
         sign[np.arange(S.shape[0]), y] = 1.0
         return -sign * (1.0 - sign * S > 0)
-    m = S.shape[1]
-    deriv = loss_derivatives(get_method(method).loss_id, label_csr(y, m), m, k, np.empty(0))
-    return deriv.gradient(np.ascontiguousarray(S), gamma)
+    return smoothed_gradient(method, S, y, k, gamma)
 
 
 def smoothed_gradient(method, S, y, k, gamma):
     """The kernels' gradient of the loss smoothed by ``gamma``."""
     m = S.shape[1]
-    deriv = loss_derivatives(get_method(method).loss_id, label_csr(y, m), m, k, np.empty(0))
+    rho = rank_weights(method, k, m)
+    deriv = loss_derivatives(get_method(method).loss_id, label_csr(y, m), m, k, rho)
     return deriv.gradient(np.ascontiguousarray(S), gamma)
+
+
+def wtopk_limit_gradient(S, y, rho):
+    """The weighted top-k hinge's gradient at gamma = 0 as the limit of Kato's smoothed ones:
+    the maximizer p of <p, c> over P(rho) nearest R e_y, written group by group of tied
+    margins (the label takes its group's largest weight; the others share the rest evenly);
+    0 where the weighted sum is <= 0 to its rounding."""
+    n, m = S.shape
+    G = np.zeros_like(S)
+    for i in range(n):
+        c = 1.0 + S[i] - S[i, y[i]]
+        c[y[i]] = 0.0
+        order = np.argsort(-c, kind="stable")
+        cs = c[order]
+        if not (cs * rho).sum() > 8 * 2.0**-52 * np.abs(cs * rho).sum():  # 0 to its rounding
+            continue
+        p = np.zeros(m)
+        start = 0
+        while start < m:
+            end = start
+            while end + 1 < m and cs[end + 1] == cs[start]:
+                end += 1
+            group, w = order[start : end + 1], rho[start : end + 1]
+            if y[i] in group:
+                p[y[i]] = w[0]
+                others = group[group != y[i]]
+                if others.size:
+                    p[others] = (w.sum() - w[0]) / others.size
+            else:
+                p[group] = w.mean()
+            start = end + 1
+        p[y[i]] = 0.0
+        G[i] = p
+        G[i, y[i]] = -p.sum()
+    return G
 
 
 def limit_gradient(method, S, y, k):

@@ -19,7 +19,10 @@ from topk_torch.reference import (  # noqa: E402
     numba_ent_tr_values,
     numba_gradient,
     numba_values,
+    rank_weights,
     smoothed_gradient,
+    weights_of,
+    wtopk_limit_gradient,
 )
 
 from topkbench.torch import AVAILABLE, TopKLoss, loss  # noqa: E402
@@ -31,10 +34,12 @@ SMOOTHABLE = (
     "topk_svm_alpha_pseudo",
     "topk_svm_beta",
     "svm_ml",
+    "wtopk_svm",
 )
-TOPK = ("topk_svm_alpha", "topk_svm_alpha_pseudo", "topk_svm_beta", "topk_ent", "topk_ent_tr")
+TOPK = ("topk_svm_alpha", "topk_svm_alpha_pseudo", "topk_svm_beta", "topk_ent", "topk_ent_tr",
+        "wtopk_svm")  # fmt: skip
 MULTILABEL = ("svm_ml", "lr_ml")
-BATCHES_PER_METHOD = 100  # 11 methods: 1,100 random batches
+BATCHES_PER_METHOD = 100  # 12 methods: 1,200 random batches
 
 
 def _draw(rng, method):
@@ -58,7 +63,8 @@ def _draw(rng, method):
 
 def _torch_values_and_grad(method, S, y, k, gamma, dtype=torch.float64):
     St = torch.tensor(S, dtype=dtype, requires_grad=True)
-    v = loss(method, St, torch.tensor(y), k=k, gamma=gamma, reduction="none")
+    v = loss(method, St, torch.tensor(y), k=k, gamma=gamma, reduction="none",
+             weights=weights_of(method, k))  # fmt: skip
     v.sum().backward()
     return v.detach().double().numpy(), St.grad.double().numpy()
 
@@ -102,7 +108,7 @@ def test_gamma_zero_gradient_is_the_limit_of_the_smoothed_ones(method):
     ("topk_svm_alpha", 4, 0.5),
     ("topk_svm_alpha_pseudo", 3, 0.5), ("topk_svm_beta", 3, 0.5), ("topk_ent_tr", 3, 0.0),
     ("topk_ent", 3, 0.0),
-    ("lr_ml", 1, 0.0), ("svm_ml", 1, 0.5),
+    ("lr_ml", 1, 0.0), ("svm_ml", 1, 0.5), ("wtopk_svm", 3, 0.5),
 ])  # fmt: skip
 def test_gradcheck(method, k, gamma):
     """Finite differences of the value agree with the gradient where the loss is smooth (the
@@ -115,7 +121,9 @@ def test_gradcheck(method, k, gamma):
     else:
         y = torch.tensor(rng.integers(0, 7, 5))
     assert torch.autograd.gradcheck(
-        lambda s: loss(method, s, y, k=k, gamma=gamma, reduction="none"),
+        lambda s: loss(
+            method, s, y, k=k, gamma=gamma, reduction="none", weights=weights_of(method, k)
+        ),  # fmt: skip
         (S,),
         eps=1e-6,
         atol=1e-6,
@@ -155,6 +163,30 @@ def test_hard_regimes_stay_finite_and_consistent(method, dtype):
                 np.testing.assert_allclose(g64.sum(axis=1), 0.0, atol=tol)
 
 
+def test_weighted_hinge_at_gamma_zero_is_the_limit_of_kato_smoothing():
+    """wtopk_svm at gamma = 0: the gradient is the kernels' smoothed one at gamma = 1e-9 (no
+    ties), the group rule where margins tie (the label's own tie at 0 included), and a
+    subgradient of the loss."""
+    rng = np.random.default_rng(8)
+    for k, scores in ((3, rng.standard_normal((60, 9)) * 2),
+                      (4, np.round(rng.standard_normal((60, 9)) * 2))):  # fmt: skip
+        y = rng.integers(0, 9, 60)
+        _, grad = _torch_values_and_grad("wtopk_svm", scores, y, k, 0.0)
+        rho = rank_weights("wtopk_svm", k, 9)
+        np.testing.assert_allclose(grad, wtopk_limit_gradient(scores, y, rho), atol=1e-15)
+        if k == 3:
+            smooth = smoothed_gradient("wtopk_svm", scores, y, k, 1e-9)
+            np.testing.assert_allclose(grad, smooth, atol=1e-6)
+        else:  # the label tied with other classes at margin 0, for some rows
+            c = 1.0 + scores - scores[np.arange(60), y][:, None]
+            assert ((c == 0).sum(axis=1) > 1).any()
+        for _ in range(20):
+            T = scores + rng.standard_normal(scores.shape)
+            lhs = numba_values("wtopk_svm", T, y, k, 0.0)
+            rhs = numba_values("wtopk_svm", scores, y, k, 0.0) + ((T - scores) * grad).sum(1)
+            assert (lhs >= rhs - 1e-12).all()
+
+
 def test_wide_batch_matches_numba():
     """m = 1,000 classes, a batch of 1,024, k = 5: the smoothed top-k hinges and top-k
     Ent_tr agree with the kernels."""
@@ -164,7 +196,7 @@ def test_wide_batch_matches_numba():
     rows = rng.choice(1024, 40, replace=False)
     for method, gamma in (("topk_svm_alpha", 1.0), ("topk_svm_alpha_pseudo", 1.0),
                           ("topk_svm_beta", 1.0), ("topk_ent", 0.0),
-                          ("topk_ent_tr", 0.0)):  # fmt: skip
+                          ("topk_ent_tr", 0.0), ("wtopk_svm", 1.0)):  # fmt: skip
         value, grad = _torch_values_and_grad(method, S, y, 5, gamma)
         sub = S[rows], y[rows]
         if method == "topk_ent_tr":
@@ -223,6 +255,9 @@ def test_empty_and_complete_label_sets_give_zero():
     (dict(method="lr_ml", target=[0, 1, 2]), r"0/1 matrix of shape \(3, 5\)"),
     (dict(method="nope"), "unknown method 'nope'"),
     (dict(method="svm_multi", reduction="max"), "reduction must be one of"),
+    (dict(method="wtopk_svm", k=2, weights=[0.2, 0.5]), r"non-increasing .* got \[0.2, 0.5\]"),
+    (dict(method="wtopk_svm", k=2, weights="steep"), "weights must be flat, linear, exp"),
+    (dict(method="topk_svm_beta", k=2, weights="linear"), "weights= is an option of wtopk_svm"),
 ])  # fmt: skip
 def test_bad_inputs_are_refused_with_the_valid_range(kwargs, message):
     from topkbench.errors import ConfigError

@@ -19,6 +19,8 @@ DEFAULT_CASES = (
     ("topk_ent_tr", 5, 0.0),
     ("svm_ova", 1, 1.0),
     ("lr_ova", 1, 0.0),
+    ("wtopk_svm", 5, 1.0),  # flat weights: the top-5 hinge alpha as printed, Kato's smoothing
+    ("wtopk_svm", 5, 0.0),
 )
 
 

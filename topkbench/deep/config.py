@@ -133,14 +133,12 @@ def _multiclass(row: SweepRow) -> None:
 
 
 def _check_rows(rows: tuple[SweepRow, ...]) -> None:
-    """Fine-tuning rows: multiclass losses with a PyTorch implementation, each named once
+    """Fine-tuning rows: multiclass losses, each named once
     (not as the reference network) and each a different loss (the records of a loss are
     shared by rows that would train the same one)."""
     losses = set()
     for r in rows:
         _multiclass(r)
-        if r.method in ("wtopk_svm",):
-            raise ConfigError(f"row {r.row!r}: {r.method} has no PyTorch implementation yet")
         if r.row == REFERENCE_ROW:
             raise ConfigError(f"row {r.row!r} is the reference network's name; name the "
                               "fine-tuned row otherwise, e.g. 'LR^Multi (FT)'")  # fmt: skip

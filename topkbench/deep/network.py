@@ -64,10 +64,12 @@ def deterministic(seed: int) -> torch.Generator:
 
 def train(model: SmallCNN, X: torch.Tensor, y: torch.Tensor, method: str, epochs: int,
           schedule: Schedule, generator: torch.Generator, k: int = 1, gamma: float = 0.0,
-          on_epoch: Callable[[int, SmallCNN], None] | None = None) -> list[float]:  # fmt: skip
+          on_epoch: Callable[[int, SmallCNN], None] | None = None,
+          weights="flat") -> list[float]:  # fmt: skip
     """Train ``model`` for ``epochs`` passes over ``(X, y)`` (shuffled by ``generator``) on
-    the loss ``method`` (registry name, with ``k`` and ``gamma``); ``on_epoch(epoch, model)``
-    after each pass (1-based).  Returns the mean training loss of each epoch."""
+    the loss ``method`` (registry name, with ``k``, ``gamma`` and wtopk_svm's ``weights``);
+    ``on_epoch(epoch, model)`` after each pass (1-based).  Returns the mean training loss of
+    each epoch."""
     if epochs < 1:
         raise ValueError(f"epochs must be at least 1, got {epochs}")
     opt = torch.optim.SGD(model.parameters(), lr=schedule.lr, momentum=schedule.momentum,
@@ -92,7 +94,7 @@ def train(model: SmallCNN, X: torch.Tensor, y: torch.Tensor, method: str, epochs
                 raise FloatingPointError(f"training with {method} diverged in epoch {epoch} "
                                          f"(scores overflowed at lr {schedule.lr}): lower the "
                                          "learning rate")  # fmt: skip
-            value = topk_loss(method, out, y[idx], k=k, gamma=gamma)
+            value = topk_loss(method, out, y[idx], k=k, gamma=gamma, weights=weights)
             value.backward()
             opt.step()
             total += float(value.detach()) * idx.numel()

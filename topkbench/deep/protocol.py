@@ -104,6 +104,7 @@ def finetune_spec(cfg: FinetuneConfig, ref_key: str, row: SweepRow, lr: float, e
         "method": row.method,
         "k": int(row.k),
         "gamma": float(row.gamma),
+        **row.fit_options(),  # wtopk_svm's rank weights (as the sweep's record keys hold them)
         "epochs": cfg.finetune_epochs,
         "epoch": int(epoch),
         "schedule": schedule,
@@ -315,7 +316,8 @@ class FinetuneTask:
         schedule = replace(cfg.finetune, lr=self.lr)
         try:
             train(model, *splits["train"], self.row.method, max(keys), schedule, gen,
-                  k=self.row.k, gamma=self.row.gamma, on_epoch=on_epoch)  # fmt: skip
+                  k=self.row.k, gamma=self.row.gamma, on_epoch=on_epoch,
+                  weights=self.row.weights)  # fmt: skip
         except FloatingPointError:
             # a rate too large for this loss: a candidate that no column selects, not the
             # end of the run (its accuracies are NaN)

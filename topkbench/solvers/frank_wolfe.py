@@ -349,11 +349,11 @@ def weight_vector(weights, k: int, m: int) -> np.ndarray:
         )
     rho = np.asarray(list(weights), dtype=float).ravel()
     if rho.size == 0 or rho.size > m or not np.isfinite(rho).all():
-        raise ConfigError(f"weights must be 1..{m} finite numbers; got {list(rho)}")
+        raise ConfigError(f"weights must be 1..{m} finite numbers; got {[float(v) for v in rho]}")
     if (rho < 0).any() or (np.diff(rho) > 0).any() or rho.sum() == 0:
         raise ConfigError(
             "weights must be non-negative and non-increasing (rho_1 >= rho_2 >= ... >= 0, not "
-            f"all zero), else the loss is not convex (Kato §4); got {list(rho)}"
+            f"all zero), else the loss is not convex (Kato §4); got {[float(v) for v in rho]}"
         )
     return np.trim_zeros(rho, "b")
 

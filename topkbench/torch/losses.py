@@ -318,21 +318,37 @@ def _lr_ml(s, Y):
     return torch.where(ranks, value, 0.0), torch.where(ranks[:, None], G, 0.0)
 
 
+def _wtopk(s, y, gamma, rho):
+    """Kato's weighted top-k hinge (:mod:`topkbench.torch.permutahedron`), in float64."""
+    from topkbench.torch.permutahedron import wtopk_limit, wtopk_projection
+
+    B, m = s.shape
+    s = s.to(torch.float64)
+    weights = torch.zeros(m, dtype=torch.float64, device=s.device)
+    weights[: len(rho)] = torch.as_tensor(rho, dtype=torch.float64, device=s.device)
+    if gamma == 0.0:
+        c = 1.0 + s - s.gather(1, y[:, None])
+        c[torch.arange(B, device=s.device), y] = 0.0
+        return wtopk_limit(c, y, weights)
+    z, idx = _off_margins(s, y)
+    x = wtopk_projection(z / gamma, weights)
+    total = x.sum(dim=1)
+    value = (x * z).sum(dim=1) - 0.5 * gamma * ((x * x).sum(dim=1) + total * total)
+    return value.clamp_min(0.0), _on_scores(x, idx, y, m)
+
+
 MULTICLASS = ("svm_ova", "lr_ova", "svm_multi", "lr_multi", "topk_svm_alpha",
-              "topk_svm_alpha_pseudo", "topk_svm_beta", "topk_ent", "topk_ent_tr")  # fmt: skip
+              "topk_svm_alpha_pseudo", "topk_svm_beta", "topk_ent", "topk_ent_tr",
+              "wtopk_svm")  # fmt: skip
 MULTILABEL = ("svm_ml", "lr_ml")
 AVAILABLE = MULTICLASS + MULTILABEL
 
 
-def _check(method: str, scores, target, k, gamma, reduction):
+def _check(method: str, scores, target, k, gamma, reduction, weights="flat"):
     """Validate the arguments (each refusal names the valid range); returns the registry
-    name, the scores and the target as the losses take them."""
+    name, the target as the losses take it, k, gamma and the rank weights of wtopk_svm."""
     spec = get_method(method)
     name = spec.name
-    if name not in AVAILABLE:
-        raise NotImplementedError(
-            f"method {name!r} has no PyTorch implementation yet; available: {', '.join(AVAILABLE)}"
-        )
     if not isinstance(scores, torch.Tensor) or scores.dim() != 2:
         raise ValueError(f"scores must be a 2-D tensor (batch x classes), got "
                          f"{getattr(scores, 'shape', type(scores).__name__)}")  # fmt: skip
@@ -380,10 +396,19 @@ def _check(method: str, scores, target, k, gamma, reduction):
         target = target.long()
     if B and not bool(torch.isfinite(scores).all()):
         raise ValueError("scores hold NaN or infinite entries")
-    return name, target, k, gamma
+    rho = None
+    if "weights" in spec.params:
+        from topkbench.solvers.frank_wolfe import weight_vector
+
+        rho = weight_vector(weights, k, m)
+    elif not isinstance(weights, str) or weights != "flat":
+        raise ValueError(f"weights= is an option of wtopk_svm, not of {name}")
+    return name, target, k, gamma, rho
 
 
-def _values_and_gradient(name, s, target, k, gamma):
+def _values_and_gradient(name, s, target, k, gamma, rho=None):
+    if name == "wtopk_svm":
+        return _wtopk(s, target, gamma, rho)
     if name == "svm_ova":
         return _svm_ova(s, target, gamma)
     if name == "lr_ova":
@@ -401,12 +426,15 @@ def _values_and_gradient(name, s, target, k, gamma):
     return _hinge(name, s, target, k, gamma)
 
 
-def loss(method: str, scores, target, k: int = 1, gamma: float = 0.0, reduction: str = "mean"):
+def loss(method: str, scores, target, k: int = 1, gamma: float = 0.0, reduction: str = "mean",
+         weights="flat"):  # fmt: skip
     """The loss ``method`` (a registry name or alias, ``topkbench methods``) of ``scores`` (B x
     m) against ``target`` (B class indices, or a B x m 0/1 matrix for a multilabel loss),
-    per example in DESIGN's scale, reduced by ``"mean"`` (default), ``"sum"`` or ``"none"``.
+    per example in DESIGN's scale, reduced by ``"mean"`` (default), ``"sum"`` or ``"none"``;
+    ``weights``: wtopk_svm's rank weights (``flat``, ``linear``, ``exp`` over the k first
+    ranks, or a non-increasing sequence), as :func:`topkbench.fit` takes them.
     Differentiable in ``scores`` (first derivatives), on any device and floating dtype."""
-    name, target, k, gamma = _check(method, scores, target, k, gamma, reduction)
+    name, target, k, gamma, rho = _check(method, scores, target, k, gamma, reduction, weights)
     with torch.no_grad():
         s = scores.detach()
         if s.dtype in (torch.float16, torch.bfloat16):
@@ -418,7 +446,7 @@ def loss(method: str, scores, target, k: int = 1, gamma: float = 0.0, reduction:
             s = s.to(torch.float64)
         if target.is_floating_point():
             target = target.to(s.dtype)
-        values, grad = _values_and_gradient(name, s, target, k, gamma)
+        values, grad = _values_and_gradient(name, s, target, k, gamma, rho)
     values = _ExactLoss.apply(scores, values.to(scores.dtype), grad.to(scores.dtype))
     if reduction == "mean":
         return values.mean()
@@ -431,13 +459,16 @@ class TopKLoss(torch.nn.Module):
     """:func:`loss` as a module: ``TopKLoss("topk_svm_alpha_pseudo", k=5, gamma=1.0)(scores,
     target)``; the arguments are checked when called (k against the scores' classes)."""
 
-    def __init__(self, method: str, k: int = 1, gamma: float = 0.0, reduction: str = "mean"):
+    def __init__(self, method: str, k: int = 1, gamma: float = 0.0, reduction: str = "mean",
+                 weights="flat"):  # fmt: skip
         super().__init__()
         get_method(method)  # an unknown name fails here, listing the valid ones
         self.method, self.k, self.gamma, self.reduction = method, k, gamma, reduction
+        self.weights = weights
 
     def forward(self, scores, target):
-        return loss(self.method, scores, target, self.k, self.gamma, self.reduction)
+        return loss(self.method, scores, target, self.k, self.gamma, self.reduction,
+                    self.weights)  # fmt: skip
 
     def extra_repr(self) -> str:
         return (f"method={self.method!r}, k={self.k}, gamma={self.gamma}, "
