@@ -73,10 +73,9 @@ def _finetune_sweep(root) -> None:
     """The fine-tuning protocol (``layout: finetune``, Table 6): networks, fine-tunings and
     the classifier rows' sweep, with one progress bar."""
     from topkbench.deep.config import FinetuneConfig
-    from topkbench.deep.protocol import require_torch, run_finetune
+    from topkbench.deep.protocol import run_finetune
 
     cfg = FinetuneConfig.from_dict(root)
-    require_torch(cfg.device)
     _available_datasets(cfg, False)
     log.info(
         "%s: %d seed(s), a reference network each, %d fine-tuning row(s) x %d rate(s) x %d "
@@ -259,10 +258,11 @@ def export(
     root = compose(overrides, "export")
     also = ()
     if is_finetune(root):  # its classifier rows' fits are an experiment of their own
+        from topkbench.deep.protocol import classifier_store
         from topkbench.experiments.store import read_records
 
         exp = FinetuneConfig.from_dict(root)
-        fits = read_records(Path(exp.results_dir) / exp.name, "classifier")[0]
+        fits = read_records(*classifier_store(exp))[0]
         also = (fits.assign(stage="classifier"),) if len(fits) else ()
     else:
         exp = ExperimentConfig.from_dict(root)

@@ -60,16 +60,16 @@ def require_torch(device: str = "cpu") -> None:
 
 
 # -- record specs ------------------------------------------------------------------------------
-def reference_spec(cfg: FinetuneConfig, seed: int, digests: dict[str, str] | None = None):
-    """Everything that determines a reference network (its record key is this spec's hash)."""
+def reference_spec(cfg: FinetuneConfig, seed: int, digests: dict[str, str]):
+    """Everything that determines a reference network (its record key is this spec's hash;
+    ``digests``: the SHA-256 of the data files)."""
     import topkbench
-    from topkbench.data.files import file_digests
 
     return {
         "experiment": cfg.name,
         "stage": REFERENCE,
         "dataset": cfg.dataset.spec_dict(),
-        "data_sha256": file_digests(cfg.dataset) if digests is None else digests,
+        "data_sha256": digests,
         "seed": seed,
         "network": {"channels": list(cfg.channels), "hidden": cfg.hidden},
         "epochs": cfg.reference_epochs,
@@ -126,8 +126,20 @@ def image_side(d: int) -> int:
     return side
 
 
+_IMAGES: dict[str, tuple] = {}  # per process: every task of a worker uses the same images
+
+
 def load_images(cfg: FinetuneConfig):
-    """``(splits, m, side)``: each split as float32 tensors (images, labels) on the device."""
+    """``(splits, m, side)``: each split as float32 tensors (images, labels) on the device,
+    loaded once per process and kept (tasks only read them)."""
+    key = spec_key({"dataset": cfg.dataset.spec_dict(), "seed": cfg.seed, "device": cfg.device})
+    if key not in _IMAGES:
+        _IMAGES.clear()  # one data set at a time
+        _IMAGES[key] = _read_images(cfg)
+    return _IMAGES[key]
+
+
+def _read_images(cfg: FinetuneConfig):
     import torch
 
     from topkbench.data.cache import load_dataset_cached
@@ -143,7 +155,7 @@ def load_images(cfg: FinetuneConfig):
     device = torch.device(cfg.device)
     out = {}
     for s, (X, y) in data.splits.items():
-        X = X.toarray() if hasattr(X, "toarray") else np.asarray(X)
+        X = X.toarray() if hasattr(X, "toarray") else X
         out[s] = (
             torch.tensor(np.asarray(X, dtype=np.float32), device=device),
             torch.tensor(np.asarray(y, dtype=np.int64), device=device),
@@ -274,11 +286,9 @@ class FinetuneTask:
 
         t0 = time.perf_counter()
         splits, m, side = load_images(cfg)
-        model, _ = _network(cfg, m, side, self.seed)
+        # the generator of the seed: the same data order for every row and rate
+        model, gen = _network(cfg, m, side, self.seed)
         load_weights(model, self.reference)
-        from topkbench.deep.network import deterministic
-
-        gen = deterministic(self.seed)  # the same data order for every row and rate
         keys = {epoch: (key, spec) for epoch, key, spec in self.points}
         done = 0
         last = [time.perf_counter()]
@@ -335,13 +345,19 @@ class FinetuneTask:
 
 
 # -- the driver side ---------------------------------------------------------------------------
-def reference_keys(cfg: FinetuneConfig, digests: dict[str, str] | None = None) -> dict[int, str]:
-    """Each seed's reference record key (``digests``: the data files' SHA-256, default:
-    hashed now)."""
+def reference_specs(cfg: FinetuneConfig, digests: dict[str, str] | None = None) -> dict:
+    """Each seed's reference spec by its record key, ``{seed: (key, spec)}`` (``digests``:
+    the data files' SHA-256, default: hashed now)."""
     from topkbench.data.files import file_digests
 
     digests = file_digests(cfg.dataset) if digests is None else digests
-    return {s: spec_key(reference_spec(cfg, s, digests)) for s in cfg.seed_values}
+    specs = {s: reference_spec(cfg, s, digests) for s in cfg.seed_values}
+    return {s: (spec_key(spec), spec) for s, spec in specs.items()}
+
+
+def reference_keys(cfg: FinetuneConfig, digests: dict[str, str] | None = None) -> dict[int, str]:
+    """Each seed's reference record key (:func:`reference_specs`)."""
+    return {s: key for s, (key, _) in reference_specs(cfg, digests).items()}
 
 
 def finetune_points(cfg: FinetuneConfig, ref_key: str, row: SweepRow, lr: float):
@@ -386,8 +402,15 @@ def write_features(cfg: FinetuneConfig, seed: int, ref_key: str, ref: Checkpoint
         with open(tmp, "wb") as fh:
             np.savez(fh, **arrays)
 
-    path.parent.mkdir(parents=True, exist_ok=True)
     return replace_file(path, write)
+
+
+CLASSIFIER = "classifier"  # the classifier rows' experiment, a store of its own
+
+
+def classifier_store(cfg: FinetuneConfig) -> tuple[Path, str]:
+    """``(root, experiment)`` of the classifier rows' record store."""
+    return Path(cfg.results_dir) / cfg.name, CLASSIFIER
 
 
 def classifier_experiment(cfg: FinetuneConfig, files: dict[int, Path]):
@@ -397,8 +420,9 @@ def classifier_experiment(cfg: FinetuneConfig, files: dict[int, Path]):
 
     from topkbench.config import ExperimentConfig
 
+    root, name = classifier_store(cfg)
     exp = {
-        "name": "classifier",
+        "name": name,
         "title": f"{cfg.title}: the classifier alone on the reference network's features",
         "layout": "rows",
         "selection": "val",
@@ -417,7 +441,7 @@ def classifier_experiment(cfg: FinetuneConfig, files: dict[int, Path]):
     out = ExperimentConfig.from_dict({"experiment": exp, "seed": cfg.seed})
     return replace(
         out,
-        results_dir=str(Path(cfg.results_dir) / cfg.name),
+        results_dir=str(root),
         n_jobs=cfg.n_jobs,
         scheduler=cfg.scheduler,
     )
@@ -436,16 +460,19 @@ def run_finetune(cfg: FinetuneConfig, on_done=None, on_stage=None) -> list[PathS
     from topkbench.experiments.store import RecordStore, WriterLock
     from topkbench.experiments.sweep import run_sweep
 
+    specs = reference_specs(cfg)
+    refs = {s: key for s, (key, _) in specs.items()}
+    if cfg.classifier.get("rows"):  # its settings refused now, not after the networks
+        classifier_experiment(cfg, {s: features_file(cfg, s, key) for s, key in refs.items()})
     store = RecordStore(cfg.results_dir, cfg.name)
     results: list[PathSummary] = []
     with WriterLock(store):
         driver = Driver(cfg, store, on_done)
         try:
-            refs = reference_keys(cfg)
             done = store.keys()
             tasks = [
-                ReferenceTask(s, key, reference_spec(cfg, s))
-                for s, key in refs.items()
+                ReferenceTask(s, key, spec)
+                for s, (key, spec) in specs.items()
                 if key not in done or not _readable(store.checkpoint_ref(key))
             ]
             if tasks and on_stage:
@@ -472,7 +499,5 @@ def run_finetune(cfg: FinetuneConfig, on_done=None, on_stage=None) -> list[PathS
         }
         store.close()
     if cfg.classifier.get("rows"):
-        if on_stage:
-            on_stage("classifier on the features", 0)
         results += run_sweep(classifier_experiment(cfg, files), on_done, on_stage)
     return results

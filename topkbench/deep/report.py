@@ -20,7 +20,7 @@ from topkbench.deep.protocol import (
 )
 from topkbench.errors import ConfigError
 from topkbench.experiments.render import UNCERTIFIED, TableReport, load_published
-from topkbench.experiments.selection import TIE_TOL
+from topkbench.experiments.selection import best_point
 from topkbench.experiments.store import read_records
 
 PUBLISHED_TITLES = {"places205": "Places 205", "imagenet2012": "ImageNet 2012"}
@@ -56,17 +56,15 @@ def current(cfg: FinetuneConfig, records: pd.DataFrame, digests=None) -> pd.Data
 
 def select_finetuned(ft: pd.DataFrame, ks) -> pd.DataFrame:
     """Per (seed, row, k): the (rate, epoch) with the best val top-k accuracy (ties: fewer
-    epochs, then the smaller rate) and its test accuracy (%); a diverged candidate (NaN) is
-    never selected."""
+    epochs, then the smaller rate; :func:`~topkbench.experiments.selection.best_point`) and
+    its test accuracy (%); a diverged candidate (NaN) is never selected."""
     out = []
     for (seed, row), grp in ft.groupby(["seed", "row"], sort=False):
-        grp = grp.sort_values(["epoch", "lr"], kind="stable")
         for k in ks:
-            val = np.nan_to_num(grp[f"val_top{k}"].to_numpy(dtype=float), nan=-np.inf)
-            if not np.isfinite(val.max()):
+            p = best_point(grp, k, keys=("epoch", "lr"))
+            if p is None:
                 continue
-            i = int(np.flatnonzero(val >= val.max() - TIE_TOL)[0])
-            hit = grp.iloc[i]
+            hit = grp[(grp["epoch"] == p["epoch"]) & (grp["lr"] == p["lr"])].iloc[0]
             out.append(
                 {
                     "seed": int(seed),
@@ -74,7 +72,7 @@ def select_finetuned(ft: pd.DataFrame, ks) -> pd.DataFrame:
                     "k": k,
                     "epoch": int(hit["epoch"]),
                     "lr": float(hit["lr"]),
-                    "val": 100.0 * val[i],
+                    "val": 100.0 * float(hit[f"val_top{k}"]),
                     "test": 100.0 * float(hit[f"test_top{k}"]),
                     "status": "trained",
                 }

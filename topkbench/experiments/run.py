@@ -279,6 +279,9 @@ def _dask_connect(address: str):
     thread.join(DASK_CONNECT_SECONDS + 1.0)
     if thread.is_alive():
         gave_up.set()
+        if "client" in out:  # connected between the join and the flag: closed here
+            with contextlib.suppress(Exception):
+                out["client"].close(timeout=DASK_CONNECT_SECONDS)
         reason = f"no answer within {DASK_CONNECT_SECONDS:g} s"
     elif "client" in out:
         return out["client"]

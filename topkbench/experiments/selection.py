@@ -50,16 +50,19 @@ def mean_validation(records: pd.DataFrame, folds: Iterable[str], ks) -> pd.DataF
 TIE_TOL = 1e-9  # accuracies are multiples of 1/n: closer means are ties
 
 
-def best_point(curve: pd.DataFrame, k: int) -> dict[str, float] | None:
-    """The point (``C``, and ``k`` / ``gamma`` for rows with such grids) with the best mean
-    validation top-k accuracy; ties (within TIE_TOL) go to the smallest C (the strongest
-    regularization), then the smallest k, then the smallest gamma."""
+def best_point(curve: pd.DataFrame, k: int, keys=("C", "k", "gamma")) -> dict[str, float] | None:
+    """The point (``C``, and ``k`` / ``gamma`` for rows with such grids; or the columns
+    ``keys`` name) with the best mean validation top-k accuracy; ties (within TIE_TOL) go to
+    the smallest C (the strongest regularization), then the smallest k, then the smallest
+    gamma (the smallest values of ``keys`` in their order).  None where no point has one."""
     col = f"val_top{k}"
     if curve.empty or col not in curve:
         return None
-    keys = [h for h in ("C", "k", "gamma") if h in curve]
+    keys = [h for h in keys if h in curve]
     c = curve.sort_values(keys, kind="stable")
     vals = c[col].to_numpy(dtype=float)
+    if not np.isfinite(vals).any():
+        return None
     i = int(np.flatnonzero(vals >= np.nanmax(vals) - TIE_TOL)[0])
     return {h: float(c[h].iloc[i]) for h in keys}
 

@@ -129,18 +129,3 @@ def woodbury_system(K, idx, R, C, M):
         for q in range(r):
             out[q] = C * acc[q] * Kp[idx[q]]
         out[p] += 1.0
-
-
-@njit(cache=True)
-def separable_system(K, idx, u, C, M):
-    """``M = I + C (u u^T) o K[idx][:, idx]``: one class's Woodbury system for a
-    class-separable hinge (:func:`~topkbench.solvers.newton_steps.separable_direction`),
-    ``u_p`` the root of example ``idx[p]``'s curvature in that class."""
-    r = u.shape[0]
-    for p in range(r):
-        Kp = K[idx[p]]
-        a = C * u[p]
-        out = M[p]
-        for q in range(r):
-            out[q] = a * u[q] * Kp[idx[q]]
-        out[p] += 1.0

@@ -38,7 +38,6 @@ from topkbench.losses.curvature import LossDerivatives
 from topkbench.solvers import plan
 from topkbench.solvers.hessian_kernels import (
     assemble_support_hessian,
-    separable_system,
     woodbury_system,
 )
 from topkbench.solvers.problem import SDCAProblem, features_t_dot
@@ -383,7 +382,7 @@ def separable_direction(prob: SDCAProblem, deriv: LossDerivatives, C: float, gra
                 else gram.block(rows, X[rows], np.arange(r), rows)
             )
             M = np.empty((r, r))
-            separable_system(K, idx, u, C, M)
+            woodbury_system(K, idx, u[:, None], C, M)  # one class: R is its root column
             z = newton_step(M, u * XG[rows, c])
             if z is None:
                 return None

@@ -33,7 +33,7 @@ import numbers
 
 import torch
 
-from topkbench.losses.registry import get_method
+from topkbench.losses.registry import METHODS, get_method
 from topkbench.torch import projections as proj
 
 REDUCTIONS = ("mean", "sum", "none")
@@ -276,6 +276,11 @@ def _svm_ml(s, Y, gamma):
     Y and ``pbar / gamma`` off it.  gamma = 0: ``max{0, 1 + max_Ybar s - min_Y s}``, the
     gradient -1 and +1 shared by the arguments of the min and the max where it is positive.
     0 (gradient 0) where Y is empty or complete."""
+    if gamma > 0.0:
+        # in float64 whatever the scores' precision: a smoothed hinge's gradient is
+        # clip(z - t, 0, c) / gamma, which float32 loses once gamma nears ulp(z) (the other
+        # hinges convert the margins they keep, _smoothed_hinge)
+        s, Y = s.to(torch.float64), Y.to(torch.float64)
     Yb = Y > 0
     count = Yb.sum(dim=1)
     ranks = (count > 0) & (count < s.shape[1])
@@ -337,11 +342,7 @@ def _wtopk(s, y, gamma, rho):
     return value.clamp_min(0.0), _on_scores(x, idx, y, m)
 
 
-MULTICLASS = ("svm_ova", "lr_ova", "svm_multi", "lr_multi", "topk_svm_alpha",
-              "topk_svm_alpha_pseudo", "topk_svm_beta", "topk_ent", "topk_ent_tr",
-              "wtopk_svm")  # fmt: skip
-MULTILABEL = ("svm_ml", "lr_ml")
-AVAILABLE = MULTICLASS + MULTILABEL
+AVAILABLE = tuple(METHODS)  # every method of the registry
 
 
 def _check(method: str, scores, target, k, gamma, reduction, weights="flat"):
@@ -439,11 +440,6 @@ def loss(method: str, scores, target, k: int = 1, gamma: float = 0.0, reduction:
         s = scores.detach()
         if s.dtype in (torch.float16, torch.bfloat16):
             s = s.float()  # margins and exponentials in half precision overflow at 6.5e4
-        if gamma > 0.0 and name == "svm_ml":
-            # in float64 whatever the scores' precision: a smoothed hinge's gradient is
-            # clip(z - t, 0, c) / gamma, which float32 loses once gamma nears ulp(z) (the
-            # other hinges convert the margins they keep, _smoothed_hinge)
-            s = s.to(torch.float64)
         if target.is_floating_point():
             target = target.to(s.dtype)
         values, grad = _values_and_gradient(name, s, target, k, gamma, rho)

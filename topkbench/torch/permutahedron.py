@@ -42,55 +42,63 @@ ROUNDING = 8 * 2.0**-52  # a weighted sum this small relative to its terms' is z
 CHUNK_ENTRIES = 1 << 22  # rows per pass of the regression: rows x K x m means at most this
 
 
-def isotonic_nonincreasing(d: torch.Tensor, K: int) -> torch.Tensor:
+class _Grid:
+    """What every isotonic regression of one projection shares (rows of m entries, pools
+    starting below rank K): the counts ``l - j + 1`` of the means, the pairs ``l < j`` that
+    are no mean, and the ranks at or beyond K; built once per projection."""
+
+    def __init__(self, m: int, K: int, dtype, device):
+        self.J = max(1, min(K, m))
+        i = torch.arange(m, device=device)
+        j = torch.arange(self.J, device=device)
+        self.count = (i[None, :] - j[:, None] + 1).clamp_min(1).to(dtype)[None]
+        self.before = (i[None, :] < j[:, None])[None]
+        self.tail = i[None, :] >= self.J
+        self.rank = i[None, :]
+        self.rows = max(1, CHUNK_ENTRIES // (self.J * m))
+
+
+def isotonic_nonincreasing(d: torch.Tensor, grid: _Grid) -> torch.Tensor:
     """The non-increasing isotonic regression (least squares) of each row of ``d`` (B x m),
     whose only violated pairs ``d_i < d_{i+1}`` have ``i < K`` (module docstring)."""
-    B, m = d.shape
-    J = max(1, min(K, m))
     out = torch.empty_like(d)
-    rows = max(1, CHUNK_ENTRIES // (J * m))
-    i = torch.arange(m, device=d.device)
-    j = torch.arange(J, device=d.device)
-    for a in range(0, B, rows):
-        dd = d[a : a + rows]
+    J = grid.J
+    for a in range(0, d.shape[0], grid.rows):
+        dd = d[a : a + grid.rows]
         S = torch.cumsum(dd, dim=1)
         before = torch.cat([torch.zeros_like(S[:, :1]), S[:, : J - 1]], dim=1)  # S_{j-1}
-        count = (i[None, :] - j[:, None] + 1).to(d.dtype)  # l - j + 1
-        A = (S[:, None, :] - before[:, :, None]) / count.clamp_min(1)[None]
-        A = A.masked_fill((i[None, :] < j[:, None])[None], -torch.inf)
+        A = ((S[:, None, :] - before[:, :, None]) / grid.count).masked_fill(grid.before, -torch.inf)
         suffix = torch.flip(torch.cummax(torch.flip(A, [2]), dim=2).values, [2])
-        suffix = suffix.masked_fill((j[:, None] > i[None, :])[None], torch.inf)
-        v = suffix.min(dim=1).values
-        out[a : a + rows] = torch.where(i[None, :] >= J, torch.minimum(v, dd), v)
+        v = suffix.masked_fill(grid.before, torch.inf).min(dim=1).values
+        out[a : a + grid.rows] = torch.where(grid.tail, torch.minimum(v, dd), v)
     return out
 
 
-def _sorted_targets(bs: torch.Tensor, theta: torch.Tensor, R: float):
+def _sorted_targets(bs: torch.Tensor, theta: torch.Tensor, R: float, i: torch.Tensor):
     """``w`` (B x m): the sorted ``bs`` (B x n) with the label's ``theta R`` put in its rank
-    ``pos`` (B), and ``pos``."""
+    ``pos`` (B), and ``pos``; ``i`` the ranks 0 .. n (1 x m)."""
     B, n = bs.shape
     t = theta[:, None] * R
     pos = (bs > t).sum(dim=1)
-    i = torch.arange(n + 1, device=bs.device)[None, :]
     left = bs.gather(1, i.clamp(max=n - 1).expand(B, -1))
     right = bs.gather(1, (i - 1).clamp(min=0).expand(B, -1))
     w = torch.where(i < pos[:, None], left, torch.where(i == pos[:, None], t, right))
     return w, pos
 
 
-def _slope(bs, theta, rho, R, K):
+def _slope(bs, theta, rho, R, grid):
     """``g'(theta) / 2`` per row, the size of its terms, ``d``, ``v`` and ``pos`` (module
     docstring)."""
-    w, pos = _sorted_targets(bs, theta, R)
+    w, pos = _sorted_targets(bs, theta, R, grid.rank)
     d = w - theta[:, None] * rho[None, :]
-    v = isotonic_nonincreasing(d, K)
+    v = isotonic_nonincreasing(d, grid)
     at = R * v.gather(1, pos[:, None])[:, 0]
     weighted = rho[None, :] * v
     size = at.abs() + weighted.abs().sum(dim=1)
     return at - weighted.sum(dim=1), size, d, v, pos
 
 
-def _root(bs, rho, R, K, g_lo, g_hi, open_):
+def _root(bs, rho, R, grid, g_lo, g_hi, open_):
     """The root of the non-decreasing, piecewise-affine g' in (0, 1) for the rows ``open_``
     (g'(0) < 0 < g'(1)): regula falsi on the bracket, exact once both ends lie on the root's
     affine piece (with the Illinois halving against a stuck end), alternating with bisection,
@@ -109,7 +117,7 @@ def _root(bs, rho, R, K, g_lo, g_hi, open_):
         mid = 0.5 * (a + b_)
         ok = torch.isfinite(secant) & (secant > a) & (secant < b_)
         cand = mid if it % 2 else torch.where(ok, secant, mid)
-        half, size, *_ = _slope(bs[rows], cand, rho, R, K)
+        half, size, *_ = _slope(bs[rows], cand, rho, R, grid)
         theta[rows] = cand
         done = (half.abs() <= 1e-14 * size) | (b_ - a <= 4e-16)
         up = half > 0.0
@@ -133,18 +141,19 @@ def wtopk_projection(b: torch.Tensor, rho: torch.Tensor) -> torch.Tensor:
     bs, order = torch.sort(b, dim=1, descending=True)
     zero = torch.zeros(B, dtype=b.dtype, device=b.device)
     one = torch.ones_like(zero)
-    start = _slope(bs, zero, rho, R, K)[0]
-    end = _slope(bs, one, rho, R, K)[0]
+    grid = _Grid(n + 1, K, b.dtype, b.device)
+    start = _slope(bs, zero, rho, R, grid)[0]
+    end = _slope(bs, one, rho, R, grid)[0]
     theta = torch.where(end <= 0.0, one, zero)
     open_ = (start < 0.0) & (end > 0.0)
     if bool(open_.any()):
-        theta = torch.where(open_, _root(bs, rho, R, K, start, end, open_), theta)
-    _, _, d, v, pos = _slope(bs, theta, rho, R, K)
+        theta = torch.where(open_, _root(bs, rho, R, grid, start, end, open_), theta)
+    _, _, d, v, pos = _slope(bs, theta, rho, R, grid)
     top = theta[:, None] * rho[0]
     p = (theta[:, None] * rho[None, :] + (d - v)).clamp_min(0.0)
     p = torch.minimum(p, top)
     # sorted rank i holds b's entry order[i] above the label, order[i - 1] below it
-    i = torch.arange(n + 1, device=b.device)[None, :]
+    i = grid.rank
     src = torch.where(i < pos[:, None], i, i - 1).clamp(0, n - 1)
     keep = i != pos[:, None]
     x = torch.zeros_like(b)
