@@ -332,6 +332,8 @@ def bench_peers(
     cert_seconds = check_positive("cert_seconds", cert_seconds)
     peer_seconds = check_positive("peer_seconds", peer_seconds)
     refine = check_int("refine", refine, 0)
+    limits = {"cert_eps": cert_eps, "cert_epochs": cert_epochs, "cert_seconds": cert_seconds,
+              "peer_seconds": peer_seconds, "refine": refine}  # fmt: skip
     names = []
     for name in methods or tuple(PEERS):
         key = get_method(name).name
@@ -358,123 +360,148 @@ def bench_peers(
             primal_value(Xs, ys, np.zeros((3, 4)), name, C)
         A0 = np.zeros((n, m))
         for name in names:
-            say(f"{name}: {OURS_LABEL} to relative gap {cert_eps:g}")
-            model = fit(
-                X,
-                y,
-                name,
-                C=C,
-                eps=cert_eps,
-                max_epochs=cert_epochs,
-                time_limit=cert_seconds,
-                seed=seed,
-                warn=False,
-            )
-            say(
-                f"{name}: {model.status} after {model.epochs} epochs, {model.train_seconds:.2f}"
-                f" s, relative gap {model.relative_gap:.2e}; timed run to eps = {tol:g}"
-            )
-            timed = fit(X, y, name, C=C, eps=tol, max_epochs=cert_epochs,
-                        time_limit=cert_seconds, seed=seed, warn=False)  # fmt: skip
-            both = model.trace + timed.trace
-            P_ours = min(tp.primal for tp in both)
-            D_best = max(tp.dual for tp in both)
-            target = P_ours + tol * abs(P_ours)
-            peer_runs = []
-            for spec in PEERS[name]:
+            got_rows, got_points = _bench_method(name, X, y, C, seed, tol, limits, A0, say)
+            rows += got_rows
+            points += got_points
+    return rows, points
 
-                def evaluate(budget, spec=spec, name=name):
-                    W, s, it, nw = peer_fit(spec, X, y, m, C, budget, seed)
-                    P = primal_value(X, y, W, name, C, A0)
-                    logger.debug(
-                        "%s %s: %.3f s, P = %.10g", spec.label, spec.budget_text(budget), s, P
-                    )
-                    return s, P, it, nw
 
-                pts, hit = _escalate(spec, evaluate, target, peer_seconds, refine)
-                say(
-                    f"{name}: {spec.label}: {len(pts)} fits, "
-                    + ("reached" if hit is not None else "did not reach")
-                    + f" P <= {target:.10g}"
-                )
-                peer_runs.append((spec, (pts, hit)))
-            # the reference optimum: the best primal anyone reached (D_best certifies it)
-            P_ref = min([P_ours] + [p[2] for _, (pts, _) in peer_runs for p in pts])
-            if P_ref < D_best - 1e-9 * abs(D_best):
-                logger.warning(
-                    "%s: a primal (%.12g) is below our certified dual (%.12g): the objectives "
-                    "differ (C mapping?)",
-                    name,
-                    P_ref,
-                    D_best,
-                )
-            scale = abs(P_ref) if P_ref != 0 else 1.0
-            common = {
-                "method": name,
-                "C": C,
-                "C_sklearn": sklearn_C(name, C),
-                "P_star_ours": P_ours,
-                "P_ref": P_ref,
-                "D_best": D_best,
-                "cert_gap": (P_ref - D_best) / scale,
-                "n": n,
-                "d": d,
-                "m": m,
-                "tol": tol,
-            }
-            mine = _our_points(name, OURS_LABEL, timed.trace, P_ref, scale)
-            hit, best = _summary_point(mine, tol, smallest_first=True)
-            ours = PeerBenchRow(
-                solver=OURS_LABEL,
-                liblinear="",
-                budget_kind="epochs",
+def _bench_method(name, X, y, C, seed, tol, limits, A0, say):
+    """One method of :func:`bench_peers`: our certification and timed runs, each peer's
+    escalating fits, and their summary rows and trace points.  ``limits``: ``cert_eps``,
+    ``cert_epochs``, ``cert_seconds``, ``peer_seconds`` and ``refine``."""
+    from topkbench.api import fit
+
+    cert_eps, cert_epochs, cert_seconds, peer_seconds, refine = (
+        limits[k] for k in ("cert_eps", "cert_epochs", "cert_seconds", "peer_seconds", "refine")
+    )
+    n, d = X.shape
+    m = A0.shape[1]
+    rows: list[PeerBenchRow] = []
+    points: list[PeerTracePoint] = []
+    say(f"{name}: {OURS_LABEL} to relative gap {cert_eps:g}")
+    model = fit(
+        X,
+        y,
+        name,
+        C=C,
+        eps=cert_eps,
+        max_epochs=cert_epochs,
+        time_limit=cert_seconds,
+        seed=seed,
+        warn=False,
+    )
+    say(
+        f"{name}: {model.status} after {model.epochs} epochs, {model.train_seconds:.2f}"
+        f" s, relative gap {model.relative_gap:.2e}; timed run to eps = {tol:g}"
+    )
+    timed = fit(X, y, name, C=C, eps=tol, max_epochs=cert_epochs,
+                time_limit=cert_seconds, seed=seed, warn=False)  # fmt: skip
+    both = model.trace + timed.trace
+    P_ours = min(tp.primal for tp in both)
+    D_best = max(tp.dual for tp in both)
+    target = P_ours + tol * abs(P_ours)
+    peer_runs = []
+    for spec in PEERS[name]:
+
+        def evaluate(budget, spec=spec, name=name):
+            W, s, it, nw = peer_fit(spec, X, y, m, C, budget, seed)
+            P = primal_value(X, y, W, name, C, A0)
+            logger.debug("%s %s: %.3f s, P = %.10g", spec.label, spec.budget_text(budget), s, P)
+            return s, P, it, nw
+
+        pts, hit = _escalate(spec, evaluate, target, peer_seconds, refine)
+        say(
+            f"{name}: {spec.label}: {len(pts)} fits, "
+            + ("reached" if hit is not None else "did not reach")
+            + f" P <= {target:.10g}"
+        )
+        peer_runs.append((spec, (pts, hit)))
+    # the reference optimum: the best primal anyone reached (D_best certifies it)
+    P_ref = min([P_ours] + [p[2] for _, (pts, _) in peer_runs for p in pts])
+    if P_ref < D_best - 1e-9 * abs(D_best):
+        logger.warning(
+            "%s: a primal (%.12g) is below our certified dual (%.12g): the objectives "
+            "differ (C mapping?)",
+            name,
+            P_ref,
+            D_best,
+        )
+    scale = abs(P_ref) if P_ref != 0 else 1.0
+    common = {
+        "method": name,
+        "C": C,
+        "C_sklearn": sklearn_C(name, C),
+        "P_star_ours": P_ours,
+        "P_ref": P_ref,
+        "D_best": D_best,
+        "cert_gap": (P_ref - D_best) / scale,
+        "n": n,
+        "d": d,
+        "m": m,
+        "tol": tol,
+    }
+    mine = _our_points(name, OURS_LABEL, timed.trace, P_ref, scale)
+    hit, best = _summary_point(mine, tol, smallest_first=True)
+    ours = PeerBenchRow(
+        solver=OURS_LABEL,
+        liblinear="",
+        budget_kind="epochs",
+        reached=hit is not None,
+        seconds=best.seconds,
+        rel_subopt=best.rel_subopt,
+        iterations=best.iterations,
+        budget=float(timed.epochs),
+        fits=1,
+        total_seconds=timed.train_seconds,
+        ratio_to_ours=1.0 if hit is not None else math.nan,
+        convergence_warnings=0,
+        certified_seconds=next(
+            (tp.seconds for tp in timed.trace if tp.relative_gap <= tol), math.nan
+        ),
+        **common,
+    )
+    rows.append(ours)
+    points += mine
+    points += _our_points(name, CERT_LABEL, model.trace, P_ref, scale)
+    peer_rows, peer_points = _peer_rows(name, peer_runs, ours, P_ref, scale, tol, common)
+    return rows + peer_rows, points + peer_points
+
+
+def _peer_rows(name, peer_runs, ours, P_ref, scale, tol, common):
+    """The summary row and trace points of each peer of ``name`` (:func:`_bench_method`)."""
+    rows: list[PeerBenchRow] = []
+    points: list[PeerTracePoint] = []
+    for spec, (pts, _) in peer_runs:
+        ppts = [
+            PeerTracePoint(name, spec.label, b, s, P, (P - P_ref) / scale, it)
+            for b, s, P, it, _ in pts
+        ]
+        smallest_first = spec.budget_kind == "max_iter"
+        hit, best = _summary_point(ppts, tol, smallest_first)
+        rows.append(
+            PeerBenchRow(
+                solver=spec.label,
+                liblinear=spec.liblinear,
+                budget_kind=spec.budget_kind,
                 reached=hit is not None,
                 seconds=best.seconds,
                 rel_subopt=best.rel_subopt,
                 iterations=best.iterations,
-                budget=float(timed.epochs),
-                fits=1,
-                total_seconds=timed.train_seconds,
-                ratio_to_ours=1.0 if hit is not None else math.nan,
-                convergence_warnings=0,
-                certified_seconds=next(
-                    (tp.seconds for tp in timed.trace if tp.relative_gap <= tol), math.nan
+                budget=best.budget,
+                fits=len(ppts),
+                total_seconds=sum(p.seconds for p in ppts),
+                ratio_to_ours=(
+                    best.seconds / ours.seconds
+                    if hit and ours.reached and ours.seconds > 0
+                    else math.nan  # W = 0 already within tol: no ratio
                 ),
+                convergence_warnings=sum(w for *_, w in pts),
+                certified_seconds=math.nan,
                 **common,
             )
-            rows.append(ours)
-            points += mine
-            points += _our_points(name, CERT_LABEL, model.trace, P_ref, scale)
-            for spec, (pts, _) in peer_runs:
-                ppts = [
-                    PeerTracePoint(name, spec.label, b, s, P, (P - P_ref) / scale, it)
-                    for b, s, P, it, _ in pts
-                ]
-                smallest_first = spec.budget_kind == "max_iter"
-                hit, best = _summary_point(ppts, tol, smallest_first)
-                rows.append(
-                    PeerBenchRow(
-                        solver=spec.label,
-                        liblinear=spec.liblinear,
-                        budget_kind=spec.budget_kind,
-                        reached=hit is not None,
-                        seconds=best.seconds,
-                        rel_subopt=best.rel_subopt,
-                        iterations=best.iterations,
-                        budget=best.budget,
-                        fits=len(ppts),
-                        total_seconds=sum(p.seconds for p in ppts),
-                        ratio_to_ours=(
-                            best.seconds / ours.seconds
-                            if hit and ours.reached and ours.seconds > 0
-                            else math.nan  # W = 0 already within tol: no ratio
-                        ),
-                        convergence_warnings=sum(w for *_, w in pts),
-                        certified_seconds=math.nan,
-                        **common,
-                    )
-                )
-                points += ppts
+        )
+        points += ppts
     return rows, points
 
 

@@ -86,9 +86,8 @@ def bench_sdca_cmd(
 ) -> None:
     import pandas as pd
     from rich.console import Console
-    from rich.table import Table
 
-    from topkbench.bench.common import check_sdca_problem, method_label, parse_method_spec
+    from topkbench.bench.common import check_sdca_problem, parse_method_spec
     from topkbench.bench.sdca import (
         bench_sdca,
         bench_sdca_convergence,
@@ -125,6 +124,32 @@ def bench_sdca_cmd(
     out.parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame([r.__dict__ for r in rows]).to_csv(out, index=False)
     console = Console()
+    console.print(_sdca_epochs_table(rows, shape, C, float32))
+    written = [out]
+    if converge:
+        conv, curves = bench_sdca_convergence(
+            n=n, d=d, m=m, methods=methods, C=conv_C, eps=eps, max_epochs=max_epochs,
+            time_limit=time_limit, separation=separation, seed=seed,
+            progress=lambda msg: sys.stderr.write(f"\r{msg}    "),
+        )  # fmt: skip
+        sys.stderr.write("\n")
+        paths = [out.with_name(f"sdca_{x}") for x in ("convergence.csv", "curves.csv")]
+        pd.DataFrame([r.__dict__ for r in conv]).to_csv(paths[0], index=False)
+        pd.DataFrame([p.__dict__ for p in curves]).to_csv(paths[1], index=False)
+        png = out.with_name("sdca_convergence.png")
+        title = f"n={n}, d={d}, m={m}, C={conv_C:g}, separation {separation:g}"
+        plot_sdca_convergence(curves, eps, png, title)
+        written += [*paths, png]
+        console.print(_sdca_convergence_table(conv, eps, conv_C, separation))
+    sys.stderr.write("written: " + ", ".join(str(x) for x in written) + "\n")
+
+
+def _sdca_epochs_table(rows, shape: str, C: float, float32: bool):
+    """The epoch timings of ``bench sdca`` as a rich table."""
+    from rich.table import Table
+
+    from topkbench.bench.common import method_label
+
     t = Table(
         "method",
         "n x d x m",
@@ -154,42 +179,34 @@ def bench_sdca_cmd(
             f"{r.gap_after:.3g}",
             r.precision,
         )
-    console.print(t)
-    written = [out]
-    if converge:
-        conv, curves = bench_sdca_convergence(
-            n=n, d=d, m=m, methods=methods, C=conv_C, eps=eps, max_epochs=max_epochs,
-            time_limit=time_limit, separation=separation, seed=seed,
-            progress=lambda msg: sys.stderr.write(f"\r{msg}    "),
-        )  # fmt: skip
-        sys.stderr.write("\n")
-        paths = [out.with_name(f"sdca_{x}") for x in ("convergence.csv", "curves.csv")]
-        pd.DataFrame([r.__dict__ for r in conv]).to_csv(paths[0], index=False)
-        pd.DataFrame([p.__dict__ for p in curves]).to_csv(paths[1], index=False)
-        png = out.with_name("sdca_convergence.png")
-        title = f"n={n}, d={d}, m={m}, C={conv_C:g}, separation {separation:g}"
-        plot_sdca_convergence(curves, eps, png, title)
-        written += [*paths, png]
-        t = Table(
-            "method",
-            "status",
-            "epochs",
-            "seconds",
-            "rel. gap",
-            "val top-1 %",
-            title=f"time to relative gap {eps:g} (C = {conv_C:g}, separation {separation:g})",
+    return t
+
+
+def _sdca_convergence_table(conv, eps: float, C: float, separation: float):
+    """The time-to-eps study of ``bench sdca`` as a rich table."""
+    from rich.table import Table
+
+    from topkbench.bench.common import method_label
+
+    t = Table(
+        "method",
+        "status",
+        "epochs",
+        "seconds",
+        "rel. gap",
+        "val top-1 %",
+        title=f"time to relative gap {eps:g} (C = {C:g}, separation {separation:g})",
+    )
+    for r in conv:
+        t.add_row(
+            method_label(r.method, r.gamma, r.k),
+            r.status,
+            str(r.epochs),
+            f"{r.seconds:.2f}",
+            f"{r.relative_gap:.2g}",
+            f"{100 * r.val_top1:.1f}",
         )
-        for r in conv:
-            t.add_row(
-                method_label(r.method, r.gamma, r.k),
-                r.status,
-                str(r.epochs),
-                f"{r.seconds:.2f}",
-                f"{r.relative_gap:.2g}",
-                f"{100 * r.val_top1:.1f}",
-            )
-        console.print(t)
-    sys.stderr.write("written: " + ", ".join(str(x) for x in written) + "\n")
+    return t
 
 
 @bench_app.command(

@@ -124,6 +124,11 @@ def train(
         # nonconvex methods have no dual: NaN is written as null (valid JSON)
         sys.stdout.write(json.dumps(_json_safe(out), allow_nan=False) + "\n")
         return
+    _print_training(model, ds, cfg, out, metrics, ks)
+
+
+def _print_training(model, ds, cfg, out, metrics, ks) -> None:
+    """The human-readable summary of ``topkbench train``: the certificate and the metrics."""
     from rich.console import Console
     from rich.table import Table
 
