@@ -144,69 +144,44 @@ def bench_sdca_cmd(
     sys.stderr.write("written: " + ", ".join(str(x) for x in written) + "\n")
 
 
-def _sdca_epochs_table(rows, shape: str, C: float, float32: bool):
-    """The epoch timings of ``bench sdca`` as a rich table."""
+def _method_table(title: str, columns: tuple[str, ...], rows, cells):
+    """A rich table with a line per timed method: its label, then ``cells(row)``."""
     from rich.table import Table
 
     from topkbench.bench.common import method_label
 
-    t = Table(
-        "method",
-        "n x d x m",
-        "s/epoch",
-        "GFLOP/s",
-        "x bound",
-        "s/cert.",
-        "gap after",
-        "passes",
-        title=f"SDCA epochs ({shape}, {rows[0].nnz / rows[0].n:.1f} nonzeros a row"
+    t = Table("method", *columns, title=title)
+    for r in rows:
+        t.add_row(method_label(r.method, r.gamma, r.k), *cells(r))
+    return t
+
+
+def _sdca_epochs_table(rows, shape: str, C: float, float32: bool):
+    """The epoch timings of ``bench sdca``."""
+    title = (
+        f"SDCA epochs ({shape}, {rows[0].nnz / rows[0].n:.1f} nonzeros a row"
         f"{', float32 features' if float32 else ''}), C = {C:g}; "
         f"s/epoch the median (the CSV has the minimum too); bound = 4 nnz m flops at the "
         f"measured peak "
         f"{rows[0].peak_gflops:.1f} GFLOP/s (1-thread dgemm; the highest of one measurement "
         f"before each loss, which ranged {min(r.peak_gflops_here for r in rows):.1f}-"
         f"{max(r.peak_gflops_here for r in rows):.1f}); s/cert. the duality-gap certificate "
-        f"after an epoch (with W = X^T A's resynchronization)",
+        f"after an epoch (with W = X^T A's resynchronization)"
     )
-    for r in rows:
-        t.add_row(
-            method_label(r.method, r.gamma, r.k),
-            f"{r.n}x{r.d}x{r.m}",
-            f"{r.sec_per_epoch:.4f}",
-            f"{r.gflops:.2f}",
-            f"{r.times_bound:.1f}",
-            f"{r.sec_per_certificate:.4f}",
-            f"{r.gap_after:.3g}",
-            r.precision,
-        )
-    return t
+    columns = ("n x d x m", "s/epoch", "GFLOP/s", "x bound", "s/cert.", "gap after", "passes")
+    return _method_table(title, columns, rows, lambda r: (
+        f"{r.n}x{r.d}x{r.m}", f"{r.sec_per_epoch:.4f}", f"{r.gflops:.2f}",
+        f"{r.times_bound:.1f}", f"{r.sec_per_certificate:.4f}", f"{r.gap_after:.3g}",
+        r.precision))  # fmt: skip
 
 
 def _sdca_convergence_table(conv, eps: float, C: float, separation: float):
-    """The time-to-eps study of ``bench sdca`` as a rich table."""
-    from rich.table import Table
-
-    from topkbench.bench.common import method_label
-
-    t = Table(
-        "method",
-        "status",
-        "epochs",
-        "seconds",
-        "rel. gap",
-        "val top-1 %",
-        title=f"time to relative gap {eps:g} (C = {C:g}, separation {separation:g})",
-    )
-    for r in conv:
-        t.add_row(
-            method_label(r.method, r.gamma, r.k),
-            r.status,
-            str(r.epochs),
-            f"{r.seconds:.2f}",
-            f"{r.relative_gap:.2g}",
-            f"{100 * r.val_top1:.1f}",
-        )
-    return t
+    """The time-to-eps study of ``bench sdca``."""
+    title = f"time to relative gap {eps:g} (C = {C:g}, separation {separation:g})"
+    columns = ("status", "epochs", "seconds", "rel. gap", "val top-1 %")
+    return _method_table(title, columns, conv, lambda r: (
+        r.status, str(r.epochs), f"{r.seconds:.2f}", f"{r.relative_gap:.2g}",
+        f"{100 * r.val_top1:.1f}"))  # fmt: skip
 
 
 @bench_app.command(
