@@ -511,9 +511,9 @@ def test_plan_names_each_shapes_phases():
     scene_svm = plan("features", 294, 6, lid["svm_ml"], 1.0, n=1211)
     assert [p.name for p in scene_svm] == ["plain", "newton-woodbury", "accelerated", "plain"]
     delicious = plan("features", 500, 983, lid["svm_ml"], 1.0, n=11628)
-    assert [p.name for p in delicious] == ["plain", "accelerated", "plain"]
+    assert [p.name for p in delicious] == ["plain", "active-set"]
     unknown_n = plan("features", 294, 6, lid["svm_ml"], 1.0)
-    assert [p.name for p in unknown_n] == ["plain", "accelerated", "plain"]
+    assert [p.name for p in unknown_n] == ["plain", "active-set"]
     assert [p.name for p in plan("gram", 0, 6, lid["lr_ml"], 0.0)] == ["plain", "accelerated",
                                                                         "plain"]  # fmt: skip
     assert [p.name for p in plan("features", 72, 6, lid["lr_ml"], 0.0, "never")] == ["plain"]

@@ -5,7 +5,8 @@ A protocol is thousands of small fits along warm-started C paths (DESIGN §5, "C
 its wall time is decided by per-fit overheads, certificates and the iterations per C, which a
 single-fit benchmark does not see.  The report gives wall and CPU time (the driver and its
 worker processes), fits per second, the time and solver phases of each row (plain SDCA
-epochs, Newton iterations, accelerated epochs), and how many selected models are certified.
+epochs, second-order iterations: Newton's, or the active-set finish's rounds; accelerated
+epochs), and how many selected models are certified.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ class RowTiming:
     fits: int
     fit_seconds: float  # sum of the fits' training times
     plain_epochs: int
-    newton_iterations: int
+    newton_iterations: int  # Newton iterations and active-set rounds
     accelerated_epochs: int
     budget_stops: int  # fits stopped on their budget (before the certify stage)
     max_fit_seconds: float

@@ -472,7 +472,7 @@ def bench_protocol_cmd(
         (Path(f"{stem}.md"), write_text(report)),
     ], lost=lost)  # fmt: skip
     title = f"{exp.name} on {', '.join(timing.datasets)}, n_jobs = {timing.n_jobs}"
-    t = Table("dataset", "row", "fits", "fit s", "max fit s", "plain epochs", "Newton its",
+    t = Table("dataset", "row", "fits", "fit s", "max fit s", "plain epochs", "2nd-order its",
               "accel. epochs", "budget stops", title=title)  # fmt: skip
     for r in timing.rows:
         t.add_row(r.dataset, r.row, str(r.fits), f"{r.fit_seconds:.1f}",

@@ -138,6 +138,9 @@ class LossDerivatives:
       (the hinges), the premise of the Woodbury steps.
     * ``bounded_curvature``: the curvature is bounded whatever the smoothing (the logistic
       losses), the premise of Newton-CG.
+    * ``bipartite_dual``: the conjugate is a quadratic on ``C`` times the bipartite simplex
+      (SVM^ML_gamma), the premise of the active-set finish
+      (:mod:`topkbench.solvers.active_set`).
     * ``class_separable``: the loss is a sum over classes of functions of one score each (the
       one-vs-all losses), so its ``H_i`` are diagonal and ``hess F`` is block diagonal by
       class: Newton's system splits into m systems of d unknowns, one per class.
@@ -157,6 +160,7 @@ class LossDerivatives:
     support_curvature = False
     bounded_curvature = False
     class_separable = False
+    bipartite_dual = False
     smoothed_on_all_classes = False
     fd_relative_to_gamma = True
     smoothness: float | None = None

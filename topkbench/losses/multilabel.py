@@ -436,6 +436,7 @@ class BipartiteDerivatives(_LabelSets, StructuredDerivatives):
     fenchel_young = True
     sparse_support = True
     support_curvature = True
+    bipartite_dual = True
     smoothed_on_all_classes = True
 
     def curvature(self, a: int, b: int) -> Curvature:

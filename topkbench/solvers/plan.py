@@ -35,6 +35,8 @@ import scipy.sparse as sp
 
 from topkbench.losses.dispatch import derivatives_family
 from topkbench.solvers.accelerated import condition_number, loss_smoothness
+from topkbench.solvers.active_set import ROUND_EPOCHS as ACTIVE_SET_ROUND_EPOCHS
+from topkbench.solvers.active_set import ROUND_PRODUCTS as ACTIVE_SET_ROUND_PRODUCTS
 from topkbench.solvers.problem import Run, SDCAProblem
 
 # the Hessian is (d m)^2 doubles and costs about n m^2 d^2 flops per iteration
@@ -103,6 +105,15 @@ SECOND_ORDER = {
     "woodbury": "newton-woodbury",
     "separable": "newton-separable",
 }
+# where no Newton route applies, SVM^ML_gamma's dual is finished on its faces
+# (:mod:`topkbench.solvers.active_set`).  Its Hessian products touch only the face's entries,
+# the dual's nonzeros: on a dual of density rho (nonzeros / (n m)) a product costs about
+# ACTIVE_SET_PRODUCT_EPOCHS * rho epochs of plain SDCA (gathers, slower per entry than the
+# epochs' passes: 0.15 epochs at rho = 0.05 on corel5k, 0.85 at rho = 0.17 on delicious), and
+# a finish takes about ACTIVE_SET_ROUNDS rounds (corel5k's large-C fits: 4 to 11)
+ACTIVE_SET = "active-set"
+ACTIVE_SET_PRODUCT_EPOCHS = 3.0
+ACTIVE_SET_ROUNDS = 5
 
 
 def newton_route(kind: str, n: int | None, d: int, m: int, loss_id: int) -> str | None:
@@ -137,7 +148,8 @@ def route_of(prob: SDCAProblem) -> str | None:
     return newton_route(prob.kind, prob.n, prob.X.shape[1], prob.m, prob.loss_id)
 
 
-def newton_cost_epochs(prob: SDCAProblem, smooth: bool = False, cond: float = 1.0) -> float:
+def newton_cost_epochs(prob: SDCAProblem, smooth: bool = False, cond: float = 1.0,
+                       density: float = 1.0) -> float:  # fmt: skip
     """What a Newton phase costs, in epochs of plain SDCA: :data:`NEWTON_ITERATIONS`
     iterations for a nonsmooth hinge's continuation (:data:`NEWTON_ITERATIONS_SMOOTH` for a
     smooth loss), each forming the Hessian (about ``n (d m)^2`` flops) and factoring it
@@ -149,7 +161,9 @@ def newton_cost_epochs(prob: SDCAProblem, smooth: bool = False, cond: float = 1.
     m systems of ``r / m`` rows (or d, if fewer) and the products with X, against an
     epoch's ``4 nnz(X) m``; on the Newton-CG route :data:`NEWTON_ITERATIONS_SMOOTH` iterations
     of ``sqrt(cond)`` Hessian-vector products of :data:`CG_PRODUCT_EPOCHS` each (``cond`` the
-    run's ``C R^2 / mu``); the factor
+    run's ``C R^2 / mu``); the active-set finish :data:`ACTIVE_SET_ROUNDS` rounds of its
+    products and epochs (:data:`ACTIVE_SET_PRODUCT_EPOCHS`, ``density`` the dual's share of
+    nonzeros); the factor
     :data:`BLAS3_SPEEDUP` is how much faster per flop the dense products run than the epoch
     kernels on these small problems.  Deterministic: a function of the shapes only."""
     d = prob.X.shape[1]
@@ -157,6 +171,9 @@ def newton_cost_epochs(prob: SDCAProblem, smooth: bool = False, cond: float = 1.
     nnz = prob.X.nnz if sp.issparse(prob.X) else prob.n * d
     if nnz == 0:
         return math.inf  # no feature: plain SDCA's first epoch is the optimum (W = 0)
+    if second_order_of(prob) == ACTIVE_SET:
+        products = ACTIVE_SET_ROUND_PRODUCTS * ACTIVE_SET_PRODUCT_EPOCHS * density
+        return ACTIVE_SET_ROUNDS * (products + ACTIVE_SET_ROUND_EPOCHS)
     route = route_of(prob)
     if route == "cg":
         product = CG_PRODUCT_EPOCHS / (1.0 if sp.issparse(prob.X) else BLAS3_SPEEDUP)
@@ -183,15 +200,21 @@ def newton_cost_epochs(prob: SDCAProblem, smooth: bool = False, cond: float = 1.
 def second_order(kind: str, d: int, m: int, loss_id: int, n: int | None = None) -> str | None:
     """The second-order phase a problem of ``n`` examples (None: unknown, then no Woodbury
     route) can take (:func:`newton_route`): ``"newton"`` (the
-    Hessian formed and factored), ``"newton-cg"`` (Hessian-vector products) or
-    ``"newton-woodbury"`` (the examples' curvature), or None."""
+    Hessian formed and factored), ``"newton-cg"`` (Hessian-vector products),
+    ``"newton-woodbury"`` (the examples' curvature), ``"newton-separable"``, or where none
+    applies, ``"active-set"`` for a loss whose dual is a quadratic on bipartite simplices
+    (:mod:`topkbench.solvers.active_set`), or None."""
     route = newton_route(kind, n, d, m, loss_id)
-    return None if route is None else SECOND_ORDER[route]
+    if route is not None:
+        return SECOND_ORDER[route]
+    if kind != "gram" and derivatives_family(loss_id).bipartite_dual:
+        return ACTIVE_SET
+    return None
 
 
-def _second_order_of(prob: SDCAProblem) -> str | None:
-    route = route_of(prob)
-    return None if route is None else SECOND_ORDER[route]
+def second_order_of(prob: SDCAProblem) -> str | None:
+    """:func:`second_order` of a problem."""
+    return second_order(prob.kind, prob.X.shape[1], prob.m, prob.loss_id, prob.n)
 
 
 def _predicted_rule(second: str | None, eps: float) -> bool:
@@ -201,22 +224,26 @@ def _predicted_rule(second: str | None, eps: float) -> bool:
     (:data:`PREDICTED_MIN_EPS`).  The continuation's stages keep gamma at 0.1 or above while
     they pay (:data:`~topkbench.solvers.newton.PROX_MIN_GAMMA`), where even the differenced
     Hessians of Kato's weighted hinge (the one loss without written ones) are accurate."""
-    return second in ("newton", "newton-woodbury", "newton-separable") and eps >= PREDICTED_MIN_EPS
+    return (second in ("newton", "newton-woodbury", "newton-separable", ACTIVE_SET)
+            and eps >= PREDICTED_MIN_EPS)  # fmt: skip
 
 
-def _priced_cg(prob: SDCAProblem) -> bool:
-    """Newton-CG on CSR features, whose Hessian-vector products cost about an epoch each:
-    the predicted-epochs rule prices it at every condition number instead of handing over at
-    once (on dense features BLAS makes the products cheap, and the hand-over stays as for the
+def _priced(prob: SDCAProblem) -> bool:
+    """Newton-CG on CSR features, whose Hessian-vector products cost about an epoch each, and
+    the active-set finish, whose products cost with the dual's density: the predicted-epochs
+    rule prices them at every condition number instead of handing over at once (on dense
+    features BLAS makes Newton-CG's products cheap, and the hand-over stays as for the
     factored routes)."""
-    return _second_order_of(prob) == "newton-cg" and sp.issparse(prob.X)
+    second = second_order_of(prob)
+    return second == ACTIVE_SET or (second == "newton-cg" and sp.issparse(prob.X))
 
 
 def _smooth(loss_id: int, gamma: float) -> bool:
     return loss_smoothness(loss_id, gamma) > 0.0
 
 
-def hand_over(run: Run, prob: SDCAProblem, accelerate: str, C: float, gamma: float) -> bool:
+def hand_over(run: Run, prob: SDCAProblem, accelerate: str, C: float, gamma: float,
+              density: float = 1.0) -> bool:  # fmt: skip
     """Whether plain SDCA stops at this certificate and a faster phase takes over.
 
     ``"never"``: no.  ``"catalyst"`` / ``"newton"``: whenever the condition number ``C R^2 /
@@ -226,7 +253,9 @@ def hand_over(run: Run, prob: SDCAProblem, accelerate: str, C: float, gamma: flo
       with the conditioning: at any condition number, once plain SDCA, after
       :data:`PREDICTED_MIN_EPOCHS` epochs, is predicted to need more epochs than the CG phase
       costs (a warm start often converges in a few epochs where one CG iteration costs dozens:
-      LR^ML on delicious at C = 4, 3.6 s plain against 67 s);
+      LR^ML on delicious at C = 4, 3.6 s plain against 67 s); the active-set finish likewise,
+      priced by the dual's ``density`` (delicious' duals, 15 % nonzero, make its products
+      cost most of an epoch; corel5k's, 5 %, a sixth);
     * condition number at least :data:`ACCEL_MIN_CONDITION`: at once where another
       second-order phase applies (its cost does not grow with the conditioning), else once
       plain SDCA,
@@ -236,18 +265,23 @@ def hand_over(run: Run, prob: SDCAProblem, accelerate: str, C: float, gamma: flo
       nonsmooth loss however well conditioned), after :data:`PREDICTED_MIN_EPOCHS` epochs, is
       predicted to need more epochs than the Newton phase costs (:func:`newton_cost_epochs`:
       a continuation for a nonsmooth hinge, a few iterations for a smooth loss).
+
+    Under the predicted-epochs rule a run also hands over, to a phase of finite cost, once
+    plain SDCA is predicted not to reach eps within the epochs its budget has left.
     """
     if not can_hand_over(prob, accelerate, C, gamma, run.eps):
         return False
     if accelerate in ("catalyst", "newton"):
         return True
     cond = condition_number(prob, C, gamma)
-    second = _second_order_of(prob)
-    if cond < ACCEL_MIN_CONDITION or _priced_cg(prob):  # watched, priced finite
+    second = second_order_of(prob)
+    if cond < ACCEL_MIN_CONDITION or _priced(prob):  # watched, priced finite
         if run.epochs < PREDICTED_MIN_EPOCHS:
             return False
-        return predicted_epochs(run) > newton_cost_epochs(prob, _smooth(prob.loss_id, gamma),
-                                                          cond)  # fmt: skip
+        predicted = trend_epochs(run) if second == ACTIVE_SET else predicted_epochs(run)
+        cost = newton_cost_epochs(prob, _smooth(prob.loss_id, gamma), cond, density)
+        # a run that will not reach eps in its budget takes any phase that may
+        return predicted > cost or (math.isfinite(cost) and predicted > run.epochs_left())
     if second is not None:
         return True
     if run.epochs < ACCEL_MIN_EPOCHS:
@@ -266,10 +300,10 @@ def can_hand_over(prob: SDCAProblem, accelerate: str, C: float, gamma: float, ep
     cond = condition_number(prob, C, gamma)
     if accelerate in ("catalyst", "newton"):
         return cond > 1.0
-    if _priced_cg(prob):
+    if _priced(prob):
         return True  # always watched: priced at every condition number
     if cond < ACCEL_MIN_CONDITION:
-        return _predicted_rule(_second_order_of(prob), eps) and math.isfinite(
+        return _predicted_rule(second_order_of(prob), eps) and math.isfinite(
             newton_cost_epochs(prob, _smooth(prob.loss_id, gamma))
         )
     return True
@@ -277,7 +311,7 @@ def can_hand_over(prob: SDCAProblem, accelerate: str, C: float, gamma: float, ep
 
 def takes_newton(prob: SDCAProblem, accelerate: str) -> bool:
     """At a hand-over: Newton (or Newton-CG) first, rather than accelerated SDCA."""
-    return accelerate != "catalyst" and _second_order_of(prob) is not None
+    return accelerate != "catalyst" and second_order_of(prob) is not None
 
 
 def predicted_epochs(run: Run) -> float:
@@ -291,6 +325,21 @@ def predicted_epochs(run: Run) -> float:
         return math.inf
     rate = math.log(prev.relative_gap / last.relative_gap) / (last.epoch - prev.epoch)
     return math.log(last.relative_gap / run.eps) / rate
+
+
+def trend_epochs(run: Run) -> float:
+    """Epochs plain SDCA still needs to reach eps by its trend since half its epochs: the
+    smallest gap so far against the gap at the certificate nearest half the epochs (the gap
+    of float32 epochs rises and falls by tens of percent between certificates, which
+    :func:`predicted_epochs`'s last two would read as a stall); infinite if the gap did not
+    decrease since then."""
+    last = run.trace[-1]
+    half = min(run.trace, key=lambda t: abs(t.epoch - last.epoch / 2))
+    best = min(t.relative_gap for t in run.trace if t.epoch >= half.epoch)
+    if not best < half.relative_gap or last.epoch <= half.epoch:
+        return math.inf
+    rate = math.log(half.relative_gap / best) / (last.epoch - half.epoch)
+    return math.log(best / run.eps) / rate
 
 
 def plan(kind: str, d: int, m: int, loss_id: int, gamma: float, accelerate: str = "auto",
@@ -312,6 +361,18 @@ def plan(kind: str, d: int, m: int, loss_id: int, gamma: float, accelerate: str 
         priced = (f"after {PREDICTED_MIN_EPOCHS} epochs, once plain SDCA's predicted epochs "
                   f"exceed the CG phase's cost ({NEWTON_ITERATIONS_SMOOTH:g} iterations of "
                   "sqrt(C R^2 / mu) products)")  # fmt: skip
+        if second == ACTIVE_SET:
+            if not forced:
+                rule = (
+                    f"after {PREDICTED_MIN_EPOCHS} epochs, once plain SDCA's predicted "
+                    "epochs exceed the finish's cost (priced by the dual's nonzeros)"
+                )
+            rule += (
+                f"; rounds of CG on the dual's face, each followed by "
+                f"{ACTIVE_SET_ROUND_EPOCHS} plain epochs, to the gap or a budget"
+            )
+            phases.append(Phase(second, rule))
+            return tuple(phases)
         if second == "newton-cg" and not forced and sparse:
             rule = priced
         elif second == "newton-cg" and not forced and sparse is None:
@@ -343,5 +404,6 @@ def describe(phases: tuple[Phase, ...]) -> str:
 
 __all__ = ["ACCELERATE_MODES", "NEWTON_MAX_DIM", "NEWTON_RETRY_EPOCHS", "Phase", "can_hand_over",
            "describe", "hand_over", "newton_cost_epochs", "newton_route", "plan",
-           "predicted_epochs", "route_of", "second_order", "takes_newton",
+           "predicted_epochs", "route_of", "second_order", "second_order_of", "takes_newton",
+           "trend_epochs",
            "woodbury_applies"]  # fmt: skip

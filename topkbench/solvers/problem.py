@@ -539,6 +539,10 @@ class Run:
             return "time_limit"
         return None
 
+    def epochs_left(self) -> int:
+        """The epochs the budget has left."""
+        return self.max_epochs - self.epochs
+
     def stop_status(self, gap: float) -> str | None:
         """``"converged"`` at a relative gap within eps, else :meth:`budget_status`."""
         return "converged" if gap <= self.eps else self.budget_status()

@@ -25,12 +25,15 @@ import numpy as np
 from topkbench.errors import ConvergenceWarning, SolverError
 from topkbench.losses import ids
 from topkbench.solvers.accelerated import solve_accelerated
+from topkbench.solvers.active_set import solve_active_set
 from topkbench.solvers.newton import solve_newton
 from topkbench.solvers.plan import (
     ACCELERATE_MODES,
+    ACTIVE_SET,
     NEWTON_RETRY_EPOCHS,
     can_hand_over,
     hand_over,
+    second_order_of,
     takes_newton,
 )
 from topkbench.solvers.problem import (
@@ -65,8 +68,10 @@ class SDCAResult:
 def phase_counts(info: dict, epochs: int) -> dict[str, int]:
     """How a fit's ``epochs`` split over its solver phases (plain SDCA, then possibly Newton,
     then accelerated SDCA, then plain SDCA again; ``info`` as :func:`solve_sdca` returns it):
-    plain epochs, Newton iterations and accelerated epochs."""
-    newton = int(info.get("newton_iterations", 0))
+    plain epochs, Newton iterations and accelerated epochs.  The rounds of the active-set
+    finish (:mod:`topkbench.solvers.active_set`) count as second-order iterations, the plain
+    SDCA epochs between them as plain epochs."""
+    newton = int(info.get("newton_iterations", 0)) + int(info.get("active_set_rounds", 0))
     accelerated = 0
     if "accelerated_from_epoch" in info:
         start = int(info["accelerated_from_epoch"])
@@ -286,7 +291,7 @@ def _run_phases(it: _Iterate, prob: SDCAProblem, run: Run, C: float, gamma: floa
             it.status = budget
             break
         if (accelerate != "never" and run.epochs >= retry_from
-                and hand_over(run, prob, accelerate, C, gamma)):  # fmt: skip
+                and hand_over(run, prob, accelerate, C, gamma, _density(it, prob))):  # fmt: skip
             if _faster_phases(it, prob, run, C, gamma, accelerate, retry_from == 0, W_start,
                               gamma_start):  # fmt: skip
                 retry_from = run.epochs + NEWTON_RETRY_EPOCHS
@@ -294,6 +299,15 @@ def _run_phases(it: _Iterate, prob: SDCAProblem, run: Run, C: float, gamma: floa
                 accelerate = "never"
             continue
         _plain_batch(it, prob, run, C, gamma, eval_every, accelerate, on_batch)
+
+
+def _density(it: _Iterate, prob: SDCAProblem) -> float:
+    """The dual's share of nonzeros, which prices the active-set finish
+    (:func:`~topkbench.solvers.plan.newton_cost_epochs`); 1 where that phase does not apply
+    (no pass over A)."""
+    if second_order_of(prob) != ACTIVE_SET:
+        return 1.0
+    return np.count_nonzero(it.A) / max(it.A.size, 1)
 
 
 def _faster_phases(it: _Iterate, prob: SDCAProblem, run: Run, C: float, gamma: float,
@@ -307,6 +321,11 @@ def _faster_phases(it: _Iterate, prob: SDCAProblem, run: Run, C: float, gamma: f
     Returns True when Newton refused at the ``first_offer`` (``it.info`` then says at which
     epoch), so that plain SDCA goes on and the hand-over is offered again later.
     """
+    if takes_newton(prob, accelerate) and second_order_of(prob) == ACTIVE_SET:
+        it.status, it.A, it.W, it.primal, it.dual, it.gap, it.info = solve_active_set(
+            prob, run, it.A, C, gamma
+        )
+        return False
     newton = takes_newton(prob, accelerate)
     if newton:
         with blas_threads(1):
