@@ -180,3 +180,12 @@ def test_plan_takes_the_active_set_where_no_newton_route_applies():
     assert plan.second_order("dense", 294, 6, LOSS_SVM_ML, 1000) == "newton-woodbury"
     text = plan.describe(plan.plan("csr", 499, 374, LOSS_SVM_ML, 0.0, n=n))
     assert "active-set" in text and "accelerated (if" not in text
+
+
+def test_the_finish_is_priced_by_its_face_and_refused_past_its_density(no_newton_route):
+    """A round's products cost with the dual's nonzeros; a dense face (delicious' 17 %) is
+    not offered the finish, whose rounds then grow with it too."""
+    _, prob, _ = face_of()
+    sparse, denser = (plan.newton_cost_epochs(prob, density=rho) for rho in (0.02, 0.05))
+    assert 0.0 < sparse < denser < np.inf
+    assert plan.newton_cost_epochs(prob, density=plan.ACTIVE_SET_MAX_DENSITY * 1.5) == np.inf
