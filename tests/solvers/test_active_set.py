@@ -20,7 +20,7 @@ from ml_reference import (
 from topkbench.losses.ids import LOSS_LR_ML, LOSS_SVM_ML
 from topkbench.solvers import active_set as act
 from topkbench.solvers import plan
-from topkbench.solvers.problem import SDCAProblem
+from topkbench.solvers.problem import SDCAProblem, _csr_arrays
 
 
 @pytest.fixture
@@ -93,7 +93,7 @@ def face_of(seed: int = 11, C: float = 5.0, gamma: float = 0.0):
     prob = SDCAProblem(X[rows], sp.csr_matrix(Y[rows]), gram=False, n_classes=Y.shape[1],
                        loss_id=LOSS_SVM_ML, k=1)  # fmt: skip
     A = np.ascontiguousarray(model.A[rows])
-    return act._Face(prob, A, C, gamma, prob.X), prob, A
+    return act._Face(prob, A, C, gamma, _csr_arrays(prob.X)), prob, A
 
 
 def test_tangent_is_the_orthogonal_projection_onto_the_face():

@@ -50,6 +50,7 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit
 
+from topkbench.losses.multilabel import RADIUS_TOL  # a block's radius binds within it
 from topkbench.prox.bipartite import bipartite_thresholds
 from topkbench.solvers.problem import Run, SDCAProblem, _csr_arrays, features_t_dot
 
@@ -64,8 +65,6 @@ ARMIJO = 1e-4
 SEARCH_HALVINGS = 30
 # entries within this of 0 (relative to C_i) after a step to the boundary are 0
 SNAP = 1e-14
-# a block whose Y-side sum is within this relative distance of C_i has its radius binding
-RADIUS_TOL = 1e-12
 
 
 @njit(cache=True)
@@ -250,16 +249,17 @@ class _Face:
     """The dual on its face, f's gradient there, and the products of f's Hessian restricted
     to the face."""
 
-    def __init__(self, prob: SDCAProblem, A, C: float, gamma: float, X):
+    def __init__(self, prob: SDCAProblem, A, C: float, gamma: float, x):
+        """``x``: the features' CSR arrays (:func:`~topkbench.solvers.problem._csr_arrays`)."""
         m = prob.m
-        self.x = _csr_arrays(X)
+        self.x = x
         self.rc = np.ascontiguousarray(prob.example_c(C), dtype=np.float64)
         self.gamma = gamma
         yptr, yidx = prob.y
         self.fptr, self.fcol, self.fsgn, self.a, self.bounded = _face_of(
             A, yptr, yidx, self.rc, np.zeros(m, dtype=np.bool_)
         )
-        self.Wt = np.zeros((m, X.shape[1]))
+        self.Wt = np.zeros((m, prob.X.shape[1]))
         self.work = (np.empty(m), np.empty(m), np.empty(m, np.int64), np.empty(m, np.int64),
                      np.empty(m, np.int64), np.empty(m, np.int64))  # fmt: skip
         self.products = 0
@@ -289,9 +289,9 @@ class _Face:
         return v
 
 
-def _cg_on_face(face: _Face, budget: int) -> float:
+def _cg_on_face(face: _Face, budget: int) -> None:
     """Projected CG on the face from its values for at most ``budget`` products, or until the
-    residual is ``CG_TOL`` of its start; returns the residual's relative size.  Where a step
+    residual is ``CG_TOL`` of its start.  Where a step
     would leave the domain, a projected search moves to a new face, and CG goes on there
     with the Polak-Ribiere direction projected onto the new face (restarting from the
     residual when that is no descent direction).  f is quadratic, so its changes and its
@@ -306,7 +306,7 @@ def _cg_on_face(face: _Face, budget: int) -> float:
     rz = float(r @ z)
     r0 = math.sqrt(float(r @ r))
     if r0 == 0.0:
-        return 0.0
+        return
     p = z.copy()
     start = face.products
     while face.products - start < budget:
@@ -335,7 +335,6 @@ def _cg_on_face(face: _Face, budget: int) -> float:
             rz = rz_next
         if math.sqrt(float(r @ r)) <= CG_TOL * r0:
             break
-    return math.sqrt(float(r @ r)) / r0
 
 
 def _projected_search(face: _Face, p, Hp, alpha: float, tmax: float) -> None:
@@ -372,13 +371,13 @@ def solve_active_set(prob: SDCAProblem, run: Run, A, C: float, gamma: float):
     Returns ``(status, A, W, primal, dual, gap, info)`` as
     :func:`topkbench.solvers.accelerated.solve_accelerated` does (status never
     ``"running"``: the rounds go on until the gap or a budget stops them)."""
-    X = prob.X if sp.issparse(prob.X) else sp.csr_matrix(prob.X)
+    x = _csr_arrays(prob.X if sp.issparse(prob.X) else sp.csr_matrix(prob.X))
     A = np.ascontiguousarray(A, dtype=np.float64)
     info = {"active_set_from_epoch": run.epochs, "active_set_rounds": 0,
             "active_set_products": 0}  # fmt: skip
     while True:
         t_round = time.perf_counter()
-        face = _Face(prob, A, C, gamma, X)
+        face = _Face(prob, A, C, gamma, x)
         _cg_on_face(face, ROUND_PRODUCTS)
         _scatter(face.fptr, face.fcol, face.a, A)
         info["active_set_rounds"] += 1

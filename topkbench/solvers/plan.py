@@ -230,8 +230,7 @@ def _predicted_rule(second: str | None, eps: float) -> bool:
     (:data:`PREDICTED_MIN_EPS`).  The continuation's stages keep gamma at 0.1 or above while
     they pay (:data:`~topkbench.solvers.newton.PROX_MIN_GAMMA`), where even the differenced
     Hessians of Kato's weighted hinge (the one loss without written ones) are accurate."""
-    return (second in ("newton", "newton-woodbury", "newton-separable", ACTIVE_SET)
-            and eps >= PREDICTED_MIN_EPS)  # fmt: skip
+    return second in ("newton", "newton-woodbury", "newton-separable") and eps >= PREDICTED_MIN_EPS
 
 
 def _priced(prob: SDCAProblem) -> bool:
