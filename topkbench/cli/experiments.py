@@ -94,10 +94,42 @@ def _finetune_sweep(root) -> None:
 
 
 @contextmanager
-def sweep_progress(name: str, counts: dict[str, int]):
+def sweep_progress(name: str, counts: dict[str, int], console=None, log_every: float = 30.0):
     """A progress bar over a sweep's fits (stage by stage, with the counts of new, cached
     and failed fits, which ``counts`` accumulates): yields the sweep's ``(on_path_done,
-    on_stage)`` callbacks.  A path's errors are logged as it ends."""
+    on_stage)`` callbacks.  A path's errors are logged as it ends.  Where the console is not
+    a terminal (a log file, a batch job) a bar would print only when the sweep ends, so the
+    same figures are printed as lines instead: at each stage and, at most every ``log_every``
+    seconds, as paths end (on the console, whatever the logging configuration)."""
+    from rich.console import Console
+
+    console = console or Console(stderr=True)
+    state = {"stage": name, "total": 0, "fits": 0}
+    say = _progress_bar if console.is_terminal else _progress_lines
+
+    def on_stage(stage: str, n_fits: int) -> None:
+        state["stage"] = f"{name} [{stage}]"
+        state["total"] += n_fits
+        show(final=True)
+
+    def on_done(s) -> None:
+        for key in counts:
+            counts[key] += getattr(s, key)
+        for e in s.errors:
+            log.error("%s %s draw %d %s: %s", s.dataset, s.row, s.draw, s.fold, e)
+        state["fits"] += s.done + s.cached + s.failed + s.skipped
+        show(final=False)
+
+    with say(console, state, counts, log_every) as show:
+        yield on_done, on_stage
+
+
+def _stats(counts: dict[str, int]) -> str:
+    return f"done {counts['done']} cached {counts['cached']} failed {counts['failed']}"
+
+
+@contextmanager
+def _progress_bar(console, state, counts, log_every):
     from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -108,27 +140,36 @@ def sweep_progress(name: str, counts: dict[str, int]):
         TextColumn("{task.fields[stats]}"),
         TimeElapsedColumn(),
         transient=False,
-        console=None,
+        console=console,
     ) as progress:
-        task = progress.add_task(name, total=0, stats="")
+        task = progress.add_task(state["stage"], total=0, stats="")
 
-        def on_stage(stage: str, n_fits: int) -> None:
-            total = progress.tasks[0].total or 0
+        def show(final: bool) -> None:
             # escaped: rich would read "[stage]" as a style tag and drop it
-            progress.update(task, total=total + n_fits, description=escape(f"{name} [{stage}]"))
+            progress.update(task, total=state["total"], completed=state["fits"],
+                            description=escape(state["stage"]), stats=_stats(counts))  # fmt: skip
 
-        def on_done(s):
-            for key in counts:
-                counts[key] += getattr(s, key)
-            for e in s.errors:
-                log.error("%s %s draw %d %s: %s", s.dataset, s.row, s.draw, s.fold, e)
-            progress.update(
-                task,
-                advance=s.done + s.cached + s.failed + s.skipped,
-                stats=f"done {counts['done']} cached {counts['cached']} failed {counts['failed']}",
-            )
+        yield show
 
-        yield on_done, on_stage
+
+@contextmanager
+def _progress_lines(console, state, counts, log_every):
+    import time
+
+    start = time.monotonic()
+    last = [-float("inf")]
+
+    def show(final: bool) -> None:
+        now = time.monotonic()
+        if final or now - last[0] >= log_every:
+            last[0] = now
+            minutes, seconds = divmod(int(now - start), 60)
+            console.print(f"{state['stage']}: {state['fits']}/{state['total']} fits, "
+                          f"{_stats(counts)}, {minutes} min {seconds:02d} s",
+                          markup=False, highlight=False, soft_wrap=True)  # fmt: skip
+
+    yield show
+    show(final=True)
 
 
 def _available_datasets(exp, skip_missing: bool):
