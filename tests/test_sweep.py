@@ -87,6 +87,72 @@ def test_interrupted_sweep_loses_nothing_and_resumes_identically(tmp_path, monke
     pd.testing.assert_frame_equal(a[METRIC_COLS], b[METRIC_COLS])
 
 
+def test_resumed_path_without_its_checkpoint_replays_to_the_same_records(tmp_path, monkeypatch):
+    """Paths whose duals are too large to hand on at every point (here: none is ever handed
+    on) resume by fitting their finished points again from the older checkpoint (here: from
+    cold), so the new points start from the duals they started from in the first run."""
+    import topkbench.experiments.run as run_mod
+
+    ref = smoke_experiment(tmp_path / "ref")
+    run_sweep(ref)
+    monkeypatch.setattr(run_mod, "CHECKPOINT_FREE_BYTES", -1)
+    monkeypatch.setattr(run_mod, "CHECKPOINT_FIT_RATIO", float("inf"))
+    exp = smoke_experiment(tmp_path / "int")
+    real_fit = topkbench.api.fit
+    calls = {"n": 0, "limit": 23}
+
+    def counting_fit(*args, **kwargs):
+        if kwargs.get("max_epochs") != exp.max_epochs:  # the compile warm-up
+            return real_fit(*args, **kwargs)
+        calls["n"] += 1
+        if calls["n"] == calls["limit"]:
+            raise KeyboardInterrupt
+        return real_fit(*args, **kwargs)
+
+    monkeypatch.setattr(topkbench.api, "fit", counting_fit)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(exp)
+    store = RecordStore(exp.results_dir, exp.name)
+    assert len(_records(exp)) == 22
+    calls.update(limit=-1)
+    points = []
+    real_point = run_mod.fit_point
+
+    def counting_point(*args, **kwargs):
+        points.append(args[3])
+        return real_point(*args, **kwargs)
+
+    monkeypatch.setattr(run_mod, "fit_point", counting_point)
+    summaries = run_sweep(exp)
+    assert sum(s.cached for s in summaries) == 22
+    # the interrupted path's finished point was fitted again before its new ones
+    assert len(points) == sum(s.done for s in summaries) + 1
+    a, b = _records(ref), _records(exp)
+    assert list(a["key"]) == list(b["key"])
+    pd.testing.assert_frame_equal(a[METRIC_COLS], b[METRIC_COLS], check_exact=True)
+    assert all(store.checkpoint_ref(k) is None for k in b["key"])  # converged: none of their own
+
+
+def test_checkpoint_due_hands_on_small_duals_always_and_large_ones_after_enough_fitting():
+    import numpy as np
+
+    from topkbench.experiments.run import (
+        CHECKPOINT_BYTES_PER_SECOND,
+        CHECKPOINT_FIT_RATIO,
+        checkpoint_due,
+    )
+    from topkbench.model import WarmStart
+
+    small = WarmStart(1.0, np.zeros((100, 10)), np.zeros((5, 10)))
+    assert checkpoint_due(small, 0.0)
+    large = WarmStart(1.0, np.zeros((2_000, 1_000)), np.zeros((500, 1_000)))
+    cost = (large.A.nbytes + large.W.nbytes) / CHECKPOINT_BYTES_PER_SECOND
+    assert not checkpoint_due(large, 0.0)
+    assert not checkpoint_due(large, 0.9 * CHECKPOINT_FIT_RATIO * cost)
+    assert checkpoint_due(large, CHECKPOINT_FIT_RATIO * cost)
+    assert checkpoint_due(large._replace(W=None), CHECKPOINT_FIT_RATIO * cost)
+
+
 def test_cli_sweep_and_report_match_golden(tmp_path):
     args = smoke_overrides(tmp_path)
     res = runner.invoke(app, ["sweep", *args])

@@ -65,8 +65,12 @@ def run_path(exp: ExperimentConfig, task: PathTask, emit: Emit) -> PathSummary:
     """Run (or resume) one path, handing each finished record to ``emit``; returns counts.
 
     Each record goes with its checkpoints: the path's (the dual at its largest finished C, the
-    warm start of a resumed path) and, for a fit stopped on the budget, the point's own (from
-    which :func:`certify_selected` continues it).
+    warm start of a resumed path) when :func:`checkpoint_due`, and, for a fit stopped on the
+    budget, the point's own (from which :func:`certify_selected` continues it).  A resumed
+    path whose checkpoint is older than its last finished point first fits again, without a
+    record, the finished points past the checkpoint, each from the one before as the first
+    run did: its next new point starts from the same dual, so the records are those of an
+    uninterrupted run.
     """
     job = task.job
     start = time.perf_counter()
@@ -79,10 +83,14 @@ def run_path(exp: ExperimentConfig, task: PathTask, emit: Emit) -> PathSummary:
     ck = None
     prev_model = None
     errors: list[str] = []
+    chained = exp.warm_start and init_C is None
+    pending: list[float] = []  # finished points past the checkpoint, replayed before a new one
+    unsaved = 0.0  # fit seconds since the path's checkpoint was last handed on
     for C, key, spec, cached in task.points:
         if cached:
             summary.cached += 1
             prev_model = None
+            pending.append(C)
             continue
         if ctx is None:
             ctx, msg = path_context(exp, job, data_seed)
@@ -98,12 +106,16 @@ def run_path(exp: ExperimentConfig, task: PathTask, emit: Emit) -> PathSummary:
                 break
             ck = read_checkpoint(task.checkpoint) if task.checkpoint is not None else None
         data = ctx.data
+        if chained:
+            ck = _replay(exp, job, ctx, data_seed, ck, pending)
+        pending.clear()
         # warm start from the largest finished C <= C of this path: the previous point of
         # this job, or the checkpoint
         warm = prev_model if exp.warm_start and init_C is None else None
         if ck is not None and ck[0] <= C and ck[1].shape[0] == data.X.shape[0]:
             if warm is None or ck[0] > warm.params["C"]:
                 warm = ck
+        t0 = time.perf_counter()
         try:
             model = fit_point(exp, job, ctx, C, data_seed, warm)
         except TopkbenchError as exc:
@@ -112,11 +124,14 @@ def run_path(exp: ExperimentConfig, task: PathTask, emit: Emit) -> PathSummary:
             log.error("%s %s draw %d %s C=%g failed: %s", ds.name, row.row, draw, fold, C, exc)
             prev_model = None
             continue
+        unsaved += time.perf_counter() - t0
         record = make_record(spec, ds, row, ctx, model, warm is not None)
         checkpoints = []
-        if exp.warm_start and init_C is None and (ck is None or C > ck[0]):
+        if chained and (ck is None or C > ck[0]):
             ck = model.warm_state()
-            checkpoints.append((task.path_key, ck))
+            if checkpoint_due(ck, unsaved):
+                checkpoints.append((task.path_key, ck))
+                unsaved = 0.0
         if certifiable(row, model):
             checkpoints.append((key, model.warm_state()))
         emit(key, record, tuple(checkpoints))
@@ -126,6 +141,42 @@ def run_path(exp: ExperimentConfig, task: PathTask, emit: Emit) -> PathSummary:
     summary.seconds = time.perf_counter() - start
     summary.errors = tuple(errors)
     return summary
+
+
+# A path's checkpoint (its n x m dual) is pickled to the driver, which packs, hashes and writes
+# it: several copies of n m floats, which on a large label space cost more than the fits at
+# small C.  Duals up to CHECKPOINT_FREE_BYTES go with every point; larger ones once the path's
+# fits since the last one took CHECKPOINT_FIT_RATIO times what handing it on costs at
+# CHECKPOINT_BYTES_PER_SECOND.  That bounds both the overhead (1 / ratio of the fit time) and
+# what a resumed path fits again (that many seconds, :func:`_replay`).
+CHECKPOINT_FREE_BYTES = 8 << 20
+CHECKPOINT_BYTES_PER_SECOND = 100e6
+CHECKPOINT_FIT_RATIO = 10.0
+
+
+def checkpoint_due(warm, fit_seconds: float) -> bool:
+    """Whether a path hands on its checkpoint ``warm`` (a
+    :class:`~topkbench.model.WarmStart`) after ``fit_seconds`` of fits since the last one."""
+    size = warm.A.nbytes + (warm.W.nbytes if warm.W is not None else 0)
+    if size <= CHECKPOINT_FREE_BYTES:
+        return True
+    return fit_seconds >= CHECKPOINT_FIT_RATIO * size / CHECKPOINT_BYTES_PER_SECOND
+
+
+def _replay(exp: ExperimentConfig, job: PathJob, ctx, seed: int, ck, finished: list[float]):
+    """The path's warm start after its finished points ``finished`` (ascending C): ``ck``
+    continued through those past its C, each fitted from the one before, as the first run
+    fitted them (no record: the store has theirs).  A fit that fails now, where it did not
+    then, ends the replay: the new point starts from the last state reached."""
+    for C in finished:
+        if ck is not None and C <= ck[0]:
+            continue
+        warm = ck if ck is not None and ck[1].shape[0] == ctx.data.X.shape[0] else None
+        try:
+            ck = fit_point(exp, job, ctx, C, seed, warm).warm_state()
+        except TopkbenchError:
+            break
+    return ck
 
 
 @dataclass(frozen=True)
