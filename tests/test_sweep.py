@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from interrupt import interrupt_fits
 from typer.testing import CliRunner
 
 import topkbench.api
@@ -64,22 +65,12 @@ def test_interrupted_sweep_loses_nothing_and_resumes_identically(tmp_path, monke
     ref = smoke_experiment(tmp_path / "ref")
     run_sweep(ref)
     exp = smoke_experiment(tmp_path / "int")
-    real_fit = topkbench.api.fit
-    calls = {"n": 0}
-
-    def flaky_fit(*args, **kwargs):
-        if kwargs.get("max_epochs") != exp.max_epochs:  # the compile warm-up
-            return real_fit(*args, **kwargs)
-        calls["n"] += 1
-        if calls["n"] == 23:
-            raise KeyboardInterrupt
-        return real_fit(*args, **kwargs)
-
-    monkeypatch.setattr(topkbench.api, "fit", flaky_fit)
+    calls = interrupt_fits(monkeypatch, exp.max_epochs)
+    calls["stop"] = 23
     with pytest.raises(KeyboardInterrupt):
         run_sweep(exp)
     assert len(_records(exp)) == 22  # every finished fit was kept
-    monkeypatch.setattr(topkbench.api, "fit", real_fit)
+    calls["stop"] = None
     summaries = run_sweep(exp)
     assert sum(s.cached for s in summaries) == 22
     a, b = _records(ref), _records(exp)
@@ -98,23 +89,13 @@ def test_resumed_path_without_its_checkpoint_replays_to_the_same_records(tmp_pat
     monkeypatch.setattr(run_mod, "CHECKPOINT_FREE_BYTES", -1)
     monkeypatch.setattr(run_mod, "CHECKPOINT_FIT_RATIO", float("inf"))
     exp = smoke_experiment(tmp_path / "int")
-    real_fit = topkbench.api.fit
-    calls = {"n": 0, "limit": 23}
-
-    def counting_fit(*args, **kwargs):
-        if kwargs.get("max_epochs") != exp.max_epochs:  # the compile warm-up
-            return real_fit(*args, **kwargs)
-        calls["n"] += 1
-        if calls["n"] == calls["limit"]:
-            raise KeyboardInterrupt
-        return real_fit(*args, **kwargs)
-
-    monkeypatch.setattr(topkbench.api, "fit", counting_fit)
+    calls = interrupt_fits(monkeypatch, exp.max_epochs)
+    calls["stop"] = 23
     with pytest.raises(KeyboardInterrupt):
         run_sweep(exp)
     store = RecordStore(exp.results_dir, exp.name)
     assert len(_records(exp)) == 22
-    calls.update(limit=-1)
+    calls["stop"] = None
     points = []
     real_point = run_mod.fit_point
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from interrupt import interrupt_fits
 from typer.testing import CliRunner
 
-import topkbench.api
 from topkbench.cli import app, compose
 from topkbench.config import ExperimentConfig
 from topkbench.experiments.report import build_report
@@ -283,18 +283,7 @@ def test_interrupted_sweep_resumes_identically(tmp_path, monkeypatch, joblib_sub
     n_grid = 4 * (1 + 3) * len(exp.C_values)  # rows x (val + 3 CV folds) x base grid
     n_refit = int((ref_recs["fold"] == "refit").sum())
     assert n_grid + n_refit < total  # this run has an extension stage
-    real_fit = topkbench.api.fit
-    calls = {"n": 0, "stop": None}
-
-    def flaky_fit(*args, **kwargs):
-        if kwargs.get("max_epochs") != exp.max_epochs:  # the compile warm-up
-            return real_fit(*args, **kwargs)
-        calls["n"] += 1
-        if calls["n"] == calls["stop"]:
-            raise KeyboardInterrupt
-        return real_fit(*args, **kwargs)
-
-    monkeypatch.setattr(topkbench.api, "fit", flaky_fit)
+    calls = interrupt_fits(monkeypatch, exp.max_epochs)
     # first interruption in the base grid stage
     calls.update(n=0, stop=23)
     with pytest.raises(KeyboardInterrupt):
