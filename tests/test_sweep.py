@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -84,11 +85,15 @@ def test_resumed_path_without_its_checkpoint_replays_to_the_same_records(tmp_pat
     cold), so the new points start from the duals they started from in the first run."""
     import topkbench.experiments.run as run_mod
 
-    ref = smoke_experiment(tmp_path / "ref")
+    # no time limit: a fit under one could not be replayed, and its dual is always handed on
+    ref = ExperimentConfig.from_dict(
+        compose([*smoke_overrides(tmp_path / "ref"), "experiment.time_limit=null"])
+    )
+    assert ref.time_limit is None
     run_sweep(ref)
     monkeypatch.setattr(run_mod, "CHECKPOINT_FREE_BYTES", -1)
     monkeypatch.setattr(run_mod, "CHECKPOINT_FIT_RATIO", float("inf"))
-    exp = smoke_experiment(tmp_path / "int")
+    exp = dataclasses.replace(ref, results_dir=str(tmp_path / "int"))
     calls = interrupt_fits(monkeypatch, exp.max_epochs)
     calls["stop"] = 23
     with pytest.raises(KeyboardInterrupt):

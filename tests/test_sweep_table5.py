@@ -496,3 +496,28 @@ def test_ent_tr_starts_from_the_selected_lr_multi(smoke_run):
             want = select_C(lr, folds, ks=(k,))[k]
             np.testing.assert_allclose(ent["init_C"].unique(), [want], rtol=1e-12)
     assert recs.loc[recs["method"] != "topk_ent_tr", "init_C"].isna().all()
+
+
+def test_rarely_handed_on_checkpoints_give_the_same_records(tmp_path, monkeypatch):
+    """Duals too large to hand on at every point (here: each path's only at its task's end):
+    the extension stage still starts from each path's largest C, also after an interruption;
+    the records are those of a run that handed every dual on, to the last digit (the replay
+    of a resumed path's finished points: tests/test_sweep.py)."""
+    import topkbench.experiments.run as run_mod
+
+    one_point = ("n_jobs=1", "experiment.C_grid.min_exp=-1", "experiment.C_grid.max_exp=-1")
+    every = with_rows(smoke_experiment(tmp_path / "every", *one_point), SUBSET)
+    run_sweep(every)
+    monkeypatch.setattr(run_mod, "CHECKPOINT_FREE_BYTES", -1)
+    monkeypatch.setattr(run_mod, "CHECKPOINT_FIT_RATIO", math.inf)
+    exp = dataclasses.replace(every, results_dir=str(tmp_path / "rare"))
+    calls = interrupt_fits(monkeypatch, exp.max_epochs)
+    calls["stop"] = 5
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(exp)
+    calls["stop"] = None
+    run_sweep(exp)
+    a, b = records(every), records(exp)
+    assert list(a["key"]) == list(b["key"])
+    assert (b["warm_started"] & (b["C"] > 0.1)).sum() >= 4  # grids extended past their top
+    pd.testing.assert_frame_equal(a[METRIC_COLS], b[METRIC_COLS], check_exact=True)

@@ -1,8 +1,9 @@
 """Running tasks: a path (:class:`PathTask`), the continuation of a selected fit
 (:class:`CertifyTask`), and the driver that executes them and is the store's one writer.
 
-The driver process commits each finished point with its warm-start checkpoint as it arrives,
-so an interrupted sweep loses no finished record and a re-run resumes where it stopped.  Tasks
+The driver process commits each finished point as it arrives, with the path's warm-start
+checkpoint when one is handed on (:func:`checkpoint_due`), so an interrupted sweep loses no
+finished record and a re-run resumes where it stopped.  Tasks
 run in process, on local worker processes (``n_jobs``) or on a Dask cluster
 (``scheduler=ADDRESS``; workers need the data files, not the results directory).
 """
@@ -29,8 +30,8 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class PathTask:
     """A path as the driver hands it to a worker: each C with its record key and spec and
-    whether the store already holds it, and the path's warm-start checkpoint (its largest
-    finished C).  Workers never read or write the store."""
+    whether the store already holds it, and the path's warm-start checkpoint (the largest
+    finished C whose dual was handed on).  Workers never read or write the store."""
 
     job: PathJob
     points: tuple[tuple[float, str, dict[str, Any], bool], ...]  # (C, key, spec, cached)
@@ -41,7 +42,8 @@ class PathTask:
         return run_path(exp, self, emit)
 
 
-Emit = Callable[[str, dict[str, Any], tuple], None]  # (key, record, checkpoints)
+# (key, record, checkpoints); (None, None, checkpoints) hands on checkpoints alone
+Emit = Callable[[str | None, dict[str, Any] | None, tuple], None]
 
 
 def plan_path(exp: ExperimentConfig, job: PathJob, store: RecordStore, done: set[str]) -> PathTask:
@@ -65,12 +67,12 @@ def run_path(exp: ExperimentConfig, task: PathTask, emit: Emit) -> PathSummary:
     """Run (or resume) one path, handing each finished record to ``emit``; returns counts.
 
     Each record goes with its checkpoints: the path's (the dual at its largest finished C, the
-    warm start of a resumed path) when :func:`checkpoint_due`, and, for a fit stopped on the
-    budget, the point's own (from which :func:`certify_selected` continues it).  A resumed
-    path whose checkpoint is older than its last finished point first fits again, without a
-    record, the finished points past the checkpoint, each from the one before as the first
-    run did: its next new point starts from the same dual, so the records are those of an
-    uninterrupted run.
+    warm start of a resumed path or of a later stage's points) when :func:`checkpoint_due`,
+    and at the task's end if it was not; and, for a fit stopped on the budget, the point's
+    own (from which :func:`certify_selected` continues it).  A resumed path whose checkpoint
+    is older than its last finished point first fits again, without a record, the finished
+    points past the checkpoint, each from the one before as the first run did: its next new
+    point starts from the same dual, so the records are those of an uninterrupted run.
     """
     job = task.job
     start = time.perf_counter()
@@ -84,8 +86,10 @@ def run_path(exp: ExperimentConfig, task: PathTask, emit: Emit) -> PathSummary:
     prev_model = None
     errors: list[str] = []
     chained = exp.warm_start and init_C is None
-    pending: list[float] = []  # finished points past the checkpoint, replayed before a new one
+    pending: list[float] = []  # finished points since the last new one (_replay takes those
+    # past the checkpoint)
     unsaved = 0.0  # fit seconds since the path's checkpoint was last handed on
+    saved = True  # whether the store holds ck, the path's state at its last finished point
     for C, key, spec, cached in task.points:
         if cached:
             summary.cached += 1
@@ -106,8 +110,10 @@ def run_path(exp: ExperimentConfig, task: PathTask, emit: Emit) -> PathSummary:
                 break
             ck = read_checkpoint(task.checkpoint) if task.checkpoint is not None else None
         data = ctx.data
-        if chained:
-            ck = _replay(exp, job, ctx, data_seed, ck, pending)
+        if chained and pending:
+            ck, seconds = _replay(exp, job, ctx, data_seed, ck, pending)
+            if seconds:
+                unsaved, saved = unsaved + seconds, False
         pending.clear()
         # warm start from the largest finished C <= C of this path: the previous point of
         # this job, or the checkpoint
@@ -128,27 +134,33 @@ def run_path(exp: ExperimentConfig, task: PathTask, emit: Emit) -> PathSummary:
         record = make_record(spec, ds, row, ctx, model, warm is not None)
         checkpoints = []
         if chained and (ck is None or C > ck[0]):
-            ck = model.warm_state()
-            if checkpoint_due(ck, unsaved):
+            ck, saved = model.warm_state(), False
+            # a fit under a time limit cannot be replayed to the same dual: hand it on
+            if exp.time_limit is not None or checkpoint_due(ck, unsaved):
                 checkpoints.append((task.path_key, ck))
-                unsaved = 0.0
+                unsaved, saved = 0.0, True
         if certifiable(row, model):
             checkpoints.append((key, model.warm_state()))
         emit(key, record, tuple(checkpoints))
         summary.done += 1
         summary.not_converged += model.status != "converged"
         prev_model = model
+    if chained and not saved:
+        # the path's last state: a later stage's points (a grid extended past its largest C)
+        # start from it, as an uninterrupted path's next point would
+        emit(None, None, ((task.path_key, ck),))
     summary.seconds = time.perf_counter() - start
     summary.errors = tuple(errors)
     return summary
 
 
-# A path's checkpoint (its n x m dual) is pickled to the driver, which packs, hashes and writes
-# it: several copies of n m floats, which on a large label space cost more than the fits at
-# small C.  Duals up to CHECKPOINT_FREE_BYTES go with every point; larger ones once the path's
-# fits since the last one took CHECKPOINT_FIT_RATIO times what handing it on costs at
-# CHECKPOINT_BYTES_PER_SECOND.  That bounds both the overhead (1 / ratio of the fit time) and
-# what a resumed path fits again (that many seconds, :func:`_replay`).
+# A path's checkpoint (its n x m dual and d x m primal) is pickled to the driver, which packs,
+# hashes and writes it: several copies of n m floats, which on a large label space cost more
+# than the fits at small C.  Checkpoints up to CHECKPOINT_FREE_BYTES go with every point;
+# larger ones once the path's fits since the last one took CHECKPOINT_FIT_RATIO times what
+# handing it on costs at CHECKPOINT_BYTES_PER_SECOND, and at the path's end.  That bounds both
+# the overhead (1 / ratio of the fit time) and what a resumed path fits again (that many
+# seconds, :func:`_replay`, whose fits count towards the next hand-over).
 CHECKPOINT_FREE_BYTES = 8 << 20
 CHECKPOINT_BYTES_PER_SECOND = 100e6
 CHECKPOINT_FIT_RATIO = 10.0
@@ -164,10 +176,13 @@ def checkpoint_due(warm, fit_seconds: float) -> bool:
 
 
 def _replay(exp: ExperimentConfig, job: PathJob, ctx, seed: int, ck, finished: list[float]):
-    """The path's warm start after its finished points ``finished`` (ascending C): ``ck``
-    continued through those past its C, each fitted from the one before, as the first run
-    fitted them (no record: the store has theirs).  A fit that fails now, where it did not
-    then, ends the replay: the new point starts from the last state reached."""
+    """The path's warm start after its finished points ``finished`` (ascending C), and the
+    seconds its fits took: ``ck`` continued through those past its C, each fitted from the one
+    before, as the first run fitted them (no record: the store has theirs).  A fit that fails
+    now, where it did not then, ends the replay: the new point starts from the last state
+    reached."""
+    start = time.perf_counter()
+    fitted = False
     for C in finished:
         if ck is not None and C <= ck[0]:
             continue
@@ -176,7 +191,8 @@ def _replay(exp: ExperimentConfig, job: PathJob, ctx, seed: int, ck, finished: l
             ck = fit_point(exp, job, ctx, C, seed, warm).warm_state()
         except TopkbenchError:
             break
-    return ck
+        fitted = True
+    return ck, (time.perf_counter() - start if fitted else 0.0)
 
 
 @dataclass(frozen=True)
@@ -264,9 +280,10 @@ def _run_queued(exp: ExperimentConfig, index: int, task) -> None:
 
 
 def _run_collected(exp: ExperimentConfig, task) -> tuple[PathSummary, list]:
-    """Run a task on a Dask worker and return its records with its summary.  Each record of a
-    path carries the path's checkpoint, which the next one supersedes: only the last is kept,
-    so a returned path holds one n x m dual plus those of its budget-stopped fits."""
+    """Run a task on a Dask worker and return its records with its summary.  A path's
+    checkpoint, handed on with some of its records and at its end, supersedes the one before:
+    only the last is kept, so a returned path holds one n x m dual plus those of its
+    budget-stopped fits."""
     out: list = []
     summary = task.run(exp, lambda *msg: out.append(msg))
     path_key = getattr(task, "path_key", None)
@@ -357,8 +374,12 @@ class Driver:
         self._pool = None
         self._queue = None
 
-    def commit(self, key: str, record: dict[str, Any], checkpoints: tuple) -> None:
-        self.store.write(key, record, checkpoints)
+    def commit(self, key: str | None, record: dict[str, Any] | None, checkpoints: tuple) -> None:
+        if key is None:  # a path's checkpoint alone
+            for ck_key, warm in checkpoints:
+                self.store.save_warm(ck_key, warm)
+        else:
+            self.store.write(key, record, checkpoints)
 
     def run(self, tasks: list) -> list[PathSummary]:
         results: list[PathSummary] = []

@@ -4,8 +4,8 @@
 SHA-256 of its canonical spec (:func:`spec_key`; the sweep builds the spec from the data files'
 contents, every solver setting, the protocol, the seed and the code version).  Guarantees:
 
-* **Atomic records.** Each record is committed in its own transaction, together with its
-  warm-start checkpoint row, so a killed run leaves a whole record or none.
+* **Atomic records.** Each record is committed in its own transaction, together with the
+  warm-start checkpoint rows handed on with it, so a killed run leaves a whole record or none.
 * **One writer.** Only a sweep's driver process writes; it holds :class:`WriterLock` for the
   whole sweep, and a second sweep on the same directory is refused with the holder's pid.
   Workers compute and hand records to the driver.
