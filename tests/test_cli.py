@@ -179,7 +179,8 @@ def test_theta_with_the_linear_kernel_is_refused():
 @pytest.mark.parametrize("terminal", [False, True])
 def test_sweep_progress_shows_fits_on_a_terminal_and_in_a_log(terminal, caplog):
     """A bar on a terminal; in a log file (no terminal) the same counts as lines, at each
-    stage and as paths end, where a bar would print only once the sweep is over."""
+    stage and as fits are stored, where a bar would print only once the sweep is over.  A
+    path's new fits count once, whether they were reported one by one or only at its end."""
     import io
     import logging
 
@@ -192,18 +193,24 @@ def test_sweep_progress_shows_fits_on_a_terminal_and_in_a_log(terminal, caplog):
     console = Console(file=out, force_terminal=terminal, width=200)
     counts = {"done": 0, "cached": 0, "failed": 0, "skipped": 0, "not_converged": 0}
     with caplog.at_level(logging.INFO, logger="topkbench"):
-        with sweep_progress("t7", counts, console=console, log_every=0.0) as (on_done, on_stage):
-            on_stage("cv", 5)
+        with sweep_progress("t7", counts, console=console, log_every=0.0) as hooks:
+            on_done, on_stage, on_fit = hooks
+            on_stage("cv", 6)
+            on_fit()
+            on_fit()
             on_done(PathSummary(row="SVM^ML", draw=0, done=2, cached=1))
             if not terminal:
                 assert out.getvalue().splitlines() == [
-                    "t7 [cv]: 0/5 fits, done 0 cached 0 failed 0, 0 min 00 s",
-                    "t7 [cv]: 3/5 fits, done 2 cached 1 failed 0, 0 min 00 s",
+                    "t7 [cv]: 0/6 fits, done 0 cached 0 failed 0, 0 min 00 s",
+                    "t7 [cv]: 1/6 fits, done 0 cached 0 failed 0, 0 min 00 s",
+                    "t7 [cv]: 2/6 fits, done 0 cached 0 failed 0, 0 min 00 s",
+                    "t7 [cv]: 3/6 fits, done 2 cached 1 failed 0, 0 min 00 s",
                 ]
-            on_done(PathSummary(row="SVM^ML", draw=0, done=1, failed=1, errors=("boom",)))
+            # a path whose fits were not reported one by one
+            on_done(PathSummary(row="SVM^ML", draw=0, done=2, failed=1, errors=("boom",)))
     assert "SVM^ML draw 0 val: boom" in caplog.text
-    assert counts["done"] == 3 and counts["failed"] == 1
+    assert counts["done"] == 4 and counts["failed"] == 1
     shown = out.getvalue()
-    assert "t7 [cv]" in shown and "5/5" in shown
+    assert "t7 [cv]" in shown and "6/6" in shown
     if not terminal:
-        assert shown.splitlines()[-1].startswith("t7 [cv]: 5/5 fits, done 3 cached 1 failed 1")
+        assert shown.splitlines()[-1].startswith("t7 [cv]: 6/6 fits, done 4 cached 1 failed 1")

@@ -70,10 +70,11 @@ def _cpu_seconds() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
-def bench_protocol(exp, out_dir, progress=None, on_stage=None) -> tuple[ProtocolTiming, str]:
+def bench_protocol(exp, out_dir, progress=None, on_stage=None,
+                   on_fit=None) -> tuple[ProtocolTiming, str]:  # fmt: skip
     """Run the sweep of ``exp`` into a fresh results directory under ``out_dir`` and time it;
-    returns the timings and the report (Markdown).  ``progress`` and ``on_stage`` are the
-    timed sweep's callbacks (:func:`topkbench.experiments.sweep.run_sweep`).
+    returns the timings and the report (Markdown).  ``progress``, ``on_stage`` and ``on_fit``
+    are the timed sweep's callbacks (:func:`topkbench.experiments.sweep.run_sweep`).
 
     An untimed spin-up sweep of the first C value first compiles the kernels into numba's
     disk cache (a user's first run pays that once); the timed run then starts its worker
@@ -95,7 +96,7 @@ def bench_protocol(exp, out_dir, progress=None, on_stage=None) -> tuple[Protocol
     shutil.rmtree(results, ignore_errors=True)
     timed = replace(exp, results_dir=str(results))
     cpu0, t0 = _cpu_seconds(), time.perf_counter()
-    run_sweep(timed, progress, on_stage)
+    run_sweep(timed, progress, on_stage, on_fit)
     wall, cpu = time.perf_counter() - t0, _cpu_seconds() - cpu0
     store = RecordStore(timed.results_dir, timed.name)
     try:

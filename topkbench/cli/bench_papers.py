@@ -459,8 +459,8 @@ def bench_protocol_cmd(
         raise ConfigError(f"experiment {exp.name} has no row left to run")
     exp = _available_datasets(replace(exp, rows=rows), skip_missing=False)
     counts = {"done": 0, "cached": 0, "failed": 0, "skipped": 0, "not_converged": 0}
-    with sweep_progress(f"{exp.name} (timed)", counts) as (on_done, on_stage):
-        timing, report = bench_protocol(exp, out, on_done, on_stage)
+    with sweep_progress(f"{exp.name} (timed)", counts) as (on_done, on_stage, on_fit):
+        timing, report = bench_protocol(exp, out, on_done, on_stage, on_fit)
     stem = out / f"protocol_{exp.name}"
     summary = {k: v for k, v in asdict(timing).items() if k != "rows"}
     summary["fits_per_second"] = timing.fits_per_second

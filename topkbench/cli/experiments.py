@@ -54,8 +54,8 @@ def sweep(
         exp.results_dir,
         exp.name,
     )
-    with sweep_progress(exp.name, counts) as (on_done, on_stage):
-        run_sweep(exp, on_done, on_stage)
+    with sweep_progress(exp.name, counts) as (on_done, on_stage, on_fit):
+        run_sweep(exp, on_done, on_stage, on_fit)
     log.info(
         "finished: %d new, %d cached, %d failed, %d skipped (k >= m); "
         "%d new fits stopped on the budget",
@@ -85,8 +85,8 @@ def _finetune_sweep(root) -> None:
         f"n_jobs={cfg.n_jobs}", cfg.device, cfg.results_dir, cfg.name,
     )  # fmt: skip
     counts = {"done": 0, "cached": 0, "failed": 0, "skipped": 0, "not_converged": 0}
-    with sweep_progress(cfg.name, counts) as (on_done, on_stage):
-        run_finetune(cfg, on_done, on_stage)
+    with sweep_progress(cfg.name, counts) as (on_done, on_stage, on_fit):
+        run_finetune(cfg, on_done, on_stage, on_fit)
     log.info("finished: %d new networks, fine-tunings and fits, %d cached, %d failed",
              counts["done"], counts["cached"], counts["failed"])  # fmt: skip
     if counts["failed"]:
@@ -97,14 +97,17 @@ def _finetune_sweep(root) -> None:
 def sweep_progress(name: str, counts: dict[str, int], console=None, log_every: float = 30.0):
     """A progress bar over a sweep's fits (stage by stage, with the counts of new, cached
     and failed fits, which ``counts`` accumulates): yields the sweep's ``(on_path_done,
-    on_stage)`` callbacks.  A path's errors are logged as it ends.  Where the console is not
-    a terminal (a log file, a batch job) a bar would print only when the sweep ends, so the
-    same figures are printed as lines instead: at each stage and, at most every ``log_every``
-    seconds, as paths end (on the console, whatever the logging configuration)."""
+    on_stage, on_fit)`` callbacks.  The bar moves with each stored fit and each finished
+    path's cached, failed and skipped points; a path's errors are logged as it ends.  Where
+    the console is not a terminal (a log file, a batch job) a bar would print only when the
+    sweep ends, so the same figures are printed as lines instead: at each stage and at most
+    every ``log_every`` seconds (on the console, whatever the logging configuration)."""
     from rich.console import Console
 
     console = console or Console(stderr=True)
-    state = {"stage": name, "total": 0, "fits": 0}
+    # "stored": fits counted by on_fit whose path has not ended (a path's records are all
+    # stored before its counts arrive, so its new fits are not counted twice)
+    state = {"stage": name, "total": 0, "fits": 0, "stored": 0}
     say = _progress_bar if console.is_terminal else _progress_lines
 
     def on_stage(stage: str, n_fits: int) -> None:
@@ -112,16 +115,23 @@ def sweep_progress(name: str, counts: dict[str, int], console=None, log_every: f
         state["total"] += n_fits
         show(final=True)
 
+    def on_fit() -> None:
+        state["fits"] += 1
+        state["stored"] += 1
+        show(final=False)
+
     def on_done(s) -> None:
         for key in counts:
             counts[key] += getattr(s, key)
         for e in s.errors:
             log.error("%s %s draw %d %s: %s", s.dataset, s.row, s.draw, s.fold, e)
-        state["fits"] += s.done + s.cached + s.failed + s.skipped
+        seen = min(s.done, state["stored"])
+        state["stored"] -= seen
+        state["fits"] += s.done - seen + s.cached + s.failed + s.skipped
         show(final=False)
 
     with say(console, state, counts, log_every) as show:
-        yield on_done, on_stage
+        yield on_done, on_stage, on_fit
 
 
 def _stats(counts: dict[str, int]) -> str:

@@ -453,7 +453,8 @@ def _readable(ref: CheckpointRef | None) -> bool:
     return ref is not None and read_checkpoint(ref) is not None
 
 
-def run_finetune(cfg: FinetuneConfig, on_done=None, on_stage=None) -> list[PathSummary]:
+def run_finetune(cfg: FinetuneConfig, on_done=None, on_stage=None,
+                 on_fit=None) -> list[PathSummary]:  # fmt: skip
     """Every stage of the protocol (module docstring), resuming from the store."""
     require_torch(cfg.device)
     from topkbench.experiments.run import Driver
@@ -467,7 +468,7 @@ def run_finetune(cfg: FinetuneConfig, on_done=None, on_stage=None) -> list[PathS
     store = RecordStore(cfg.results_dir, cfg.name)
     results: list[PathSummary] = []
     with WriterLock(store):
-        driver = Driver(cfg, store, on_done)
+        driver = Driver(cfg, store, on_done, on_fit)
         try:
             done = store.keys()
             tasks = [
@@ -499,5 +500,5 @@ def run_finetune(cfg: FinetuneConfig, on_done=None, on_stage=None) -> list[PathS
         }
         store.close()
     if cfg.classifier.get("rows"):
-        results += run_sweep(classifier_experiment(cfg, files), on_done, on_stage)
+        results += run_sweep(classifier_experiment(cfg, files), on_done, on_stage, on_fit)
     return results

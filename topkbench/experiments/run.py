@@ -367,10 +367,13 @@ class Driver:
     """The sweep's one writer (DESIGN §8): runs tasks in process, on a local process pool
     (``n_jobs``) or on a Dask cluster (``scheduler``), and commits every record the workers
     hand back in its own transaction.  Pool workers stream records as each fit finishes; Dask
-    workers return a path's records with its summary (so they never touch a shared file)."""
+    workers return a path's records with its summary (so they never touch a shared file).
+    ``on_path_done(summary)`` follows each task's end, ``on_fit()`` each record committed
+    (before its task's summary)."""
 
-    def __init__(self, exp: ExperimentConfig, store: RecordStore, on_path_done=None) -> None:
-        self.exp, self.store, self.on_path_done = exp, store, on_path_done
+    def __init__(self, exp: ExperimentConfig, store: RecordStore, on_path_done=None,
+                 on_fit=None) -> None:  # fmt: skip
+        self.exp, self.store, self.on_path_done, self.on_fit = exp, store, on_path_done, on_fit
         self._pool = None
         self._queue = None
 
@@ -380,6 +383,8 @@ class Driver:
                 self.store.save_warm(ck_key, warm)
         else:
             self.store.write(key, record, checkpoints)
+            if self.on_fit:
+                self.on_fit()
 
     def run(self, tasks: list) -> list[PathSummary]:
         results: list[PathSummary] = []

@@ -168,12 +168,14 @@ def run_sweep(
     exp: ExperimentConfig,
     on_path_done: Callable[[PathSummary], None] | None = None,
     on_stage: Callable[[str, int], None] | None = None,
+    on_fit: Callable[[], None] | None = None,
 ) -> list[PathSummary]:
     """Run every stage of ``exp``: selection paths, grid extensions, certification of the
     selected fits, refits (and their certification).
 
     ``on_stage(name, n_fits)`` announces each stage with the number of fits it holds (for
-    progress bars); ``on_path_done`` receives each finished path's counts.  The sweep holds
+    progress bars); ``on_path_done`` receives each finished path's counts, and ``on_fit()``
+    follows each record as it is stored (before its path's counts).  The sweep holds
     the results directory's writer lock throughout: a second sweep there is refused.
     """
     from topkbench.experiments.store import WriterLock
@@ -186,7 +188,7 @@ def run_sweep(
         for ds in exp.datasets:  # fail early on bad data, and fill the disk cache once
             if ds.kind in ("libsvm", "mat", "mulan"):
                 load_dataset_cached(ds, exp.seed)
-        driver = Driver(exp, store, on_path_done)
+        driver = Driver(exp, store, on_path_done, on_fit)
         try:
             return _run_stages(exp, store, driver, on_stage)
         except BaseException:
