@@ -202,8 +202,8 @@ def test_sweep_progress_shows_fits_on_a_terminal_and_in_a_log(terminal, caplog):
             if not terminal:
                 assert out.getvalue().splitlines() == [
                     "t7 [cv]: 0/6 fits, done 0 cached 0 failed 0, 0 min 00 s",
-                    "t7 [cv]: 1/6 fits, done 0 cached 0 failed 0, 0 min 00 s",
-                    "t7 [cv]: 2/6 fits, done 0 cached 0 failed 0, 0 min 00 s",
+                    "t7 [cv]: 1/6 fits, done 1 cached 0 failed 0, 0 min 00 s",
+                    "t7 [cv]: 2/6 fits, done 2 cached 0 failed 0, 0 min 00 s",
                     "t7 [cv]: 3/6 fits, done 2 cached 1 failed 0, 0 min 00 s",
                 ]
             # a path whose fits were not reported one by one

@@ -134,8 +134,10 @@ def sweep_progress(name: str, counts: dict[str, int], console=None, log_every: f
         yield on_done, on_stage, on_fit
 
 
-def _stats(counts: dict[str, int]) -> str:
-    return f"done {counts['done']} cached {counts['cached']} failed {counts['failed']}"
+def _stats(counts: dict[str, int], state: dict) -> str:
+    """The counts shown: new fits as they are stored, the others as their paths end."""
+    done = counts["done"] + state["stored"]
+    return f"done {done} cached {counts['cached']} failed {counts['failed']}"
 
 
 @contextmanager
@@ -157,7 +159,8 @@ def _progress_bar(console, state, counts, log_every):
         def show(final: bool) -> None:
             # escaped: rich would read "[stage]" as a style tag and drop it
             progress.update(task, total=state["total"], completed=state["fits"],
-                            description=escape(state["stage"]), stats=_stats(counts))  # fmt: skip
+                            description=escape(state["stage"]),
+                            stats=_stats(counts, state))  # fmt: skip
 
         yield show
 
@@ -175,7 +178,7 @@ def _progress_lines(console, state, counts, log_every):
             last[0] = now
             minutes, seconds = divmod(int(now - start), 60)
             console.print(f"{state['stage']}: {state['fits']}/{state['total']} fits, "
-                          f"{_stats(counts)}, {minutes} min {seconds:02d} s",
+                          f"{_stats(counts, state)}, {minutes} min {seconds:02d} s",
                           markup=False, highlight=False, soft_wrap=True)  # fmt: skip
 
     yield show
