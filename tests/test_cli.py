@@ -214,3 +214,32 @@ def test_sweep_progress_shows_fits_on_a_terminal_and_in_a_log(terminal, caplog):
     assert "t7 [cv]" in shown and "6/6" in shown
     if not terminal:
         assert shown.splitlines()[-1].startswith("t7 [cv]: 6/6 fits, done 4 cached 1 failed 1")
+
+
+@pytest.mark.parametrize(
+    ("args", "target", "message"),
+    [
+        (["sweep", "experiment=table3"], "topkbench.experiments.sweep.run_sweep",
+         "finished records are kept, re-run the command to resume"),
+        (["bench", "protocol", "experiment=table7_smoke"],
+         "topkbench.bench.protocol.bench_protocol",
+         "the timing is lost: a timed protocol runs afresh"),
+        (["train", "method=lr_multi", *SMALL], "topkbench.api.fit", "interrupted"),
+    ],
+)  # fmt: skip
+def test_ctrl_c_says_what_the_command_keeps(args, target, message, monkeypatch, tmp_path):
+    """A sweep resumes from its records; a timed protocol starts afresh (a re-run wipes its
+    directory), and a single fit keeps nothing: only the sweep promises a resume."""
+    import importlib
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    module, name = target.rsplit(".", 1)
+    monkeypatch.setattr(importlib.import_module(module), name, interrupt)
+    monkeypatch.chdir(tmp_path)
+    res = invoke(*args)
+    assert res.exit_code == 130, res.output
+    said = " ".join(res.output.split())
+    assert message in said
+    assert ("resume" in said) == (args[0] == "sweep")

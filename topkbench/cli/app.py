@@ -109,7 +109,20 @@ def guard_address_space() -> None:
         threadpool_limits(1, user_api="blas")
 
 
-def handle_errors(fn):
+# what an interrupted command keeps: a sweep keeps its finished records and resumes from them;
+# a timed protocol starts afresh (its timing covers one whole run); the others keep nothing
+RESUMABLE = "interrupted; finished records are kept, re-run the command to resume"
+TIMED_AFRESH = ("interrupted; the timing is lost: a timed protocol runs afresh each time, "
+                "into a new results directory under --out")  # fmt: skip
+
+
+def handle_errors(fn=None, *, interrupted: str = "interrupted"):
+    """Our errors as one line and an exit code (:func:`fail`); ``interrupted`` is what Ctrl-C
+    prints (:data:`RESUMABLE` for a sweep).  ``@handle_errors`` or
+    ``@handle_errors(interrupted=...)``."""
+    if fn is None:
+        return lambda f: handle_errors(f, interrupted=interrupted)
+
     @wraps(fn)
     def wrapper(*args, **kwargs):
         from topkbench.errors import TopkbenchError
@@ -127,7 +140,7 @@ def handle_errors(fn):
                 code=7,
             )
         except KeyboardInterrupt:
-            fail("interrupted; finished records are kept, re-run the command to resume", code=130)
+            fail(interrupted, code=130)
 
     return wrapper
 

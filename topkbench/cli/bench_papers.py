@@ -11,6 +11,7 @@ import typer
 from topkbench.cli.app import (
     OUT_OPT,
     SEED_OPT,
+    TIMED_AFRESH,
     TOPK_OPT,
     bench_app,
     compose,
@@ -356,7 +357,7 @@ def _sweep_overrides(overrides: list[str] | None, n_jobs: int) -> list[str]:
         "val) on the Letter-shaped synthetic set, with and without warm starts along C."
     ),
 )
-@handle_errors
+@handle_errors(interrupted=TIMED_AFRESH)
 def bench_table5_cmd(
     overrides: list[str] = typer.Argument(
         None,
@@ -418,7 +419,7 @@ def bench_table5_cmd(
         "experiment=table7 'experiment.datasets=[emotions,scene]' --linear"
     ),
 )
-@handle_errors
+@handle_errors(interrupted=TIMED_AFRESH)
 def bench_protocol_cmd(
     overrides: list[str] = typer.Argument(
         None, help="Hydra overrides, as for `topkbench sweep`; experiment=NAME is required"

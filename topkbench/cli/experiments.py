@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from topkbench.cli.app import (
+    RESUMABLE,
     app,
     check_data_files,
     compose,
@@ -21,7 +22,7 @@ from topkbench.cli.app import (
 @app.command(
     help="Run an experiment's sweep (resumable). Example: sweep experiment=table3 n_jobs=2"
 )
-@handle_errors
+@handle_errors(interrupted=RESUMABLE)
 def sweep(
     overrides: list[str] = typer.Argument(
         None, help="Hydra overrides; experiment=NAME is required"
