@@ -86,8 +86,7 @@ def run_path(exp: ExperimentConfig, task: PathTask, emit: Emit) -> PathSummary:
     prev_model = None
     errors: list[str] = []
     chained = exp.warm_start and init_C is None
-    pending: list[float] = []  # finished points since the last new one (_replay takes those
-    # past the checkpoint)
+    pending: list[float] = []  # finished points since the last new one (see _replay)
     unsaved = 0.0  # fit seconds since the path's checkpoint was last handed on
     saved = True  # whether the store holds ck, the path's state at its last finished point
     for C, key, spec, cached in task.points:
@@ -117,10 +116,9 @@ def run_path(exp: ExperimentConfig, task: PathTask, emit: Emit) -> PathSummary:
         pending.clear()
         # warm start from the largest finished C <= C of this path: the previous point of
         # this job, or the checkpoint
-        warm = prev_model if exp.warm_start and init_C is None else None
-        if ck is not None and ck[0] <= C and ck[1].shape[0] == data.X.shape[0]:
-            if warm is None or ck[0] > warm.params["C"]:
-                warm = ck
+        warm = prev_model if chained else None
+        if _usable(ck, data) and ck[0] <= C and (warm is None or ck[0] > warm.params["C"]):
+            warm = ck
         t0 = time.perf_counter()
         try:
             model = fit_point(exp, job, ctx, C, data_seed, warm)
@@ -175,6 +173,11 @@ def checkpoint_due(warm, fit_seconds: float) -> bool:
     return fit_seconds >= CHECKPOINT_FIT_RATIO * size / CHECKPOINT_BYTES_PER_SECOND
 
 
+def _usable(ck, data) -> bool:
+    """Whether the checkpoint ``ck`` is a warm start for this path's examples."""
+    return ck is not None and ck[1].shape[0] == data.X.shape[0]
+
+
 def _replay(exp: ExperimentConfig, job: PathJob, ctx, seed: int, ck, finished: list[float]):
     """The path's warm start after its finished points ``finished`` (ascending C), and the
     seconds its fits took: ``ck`` continued through those past its C, each fitted from the one
@@ -186,7 +189,7 @@ def _replay(exp: ExperimentConfig, job: PathJob, ctx, seed: int, ck, finished: l
     for C in finished:
         if ck is not None and C <= ck[0]:
             continue
-        warm = ck if ck is not None and ck[1].shape[0] == ctx.data.X.shape[0] else None
+        warm = ck if _usable(ck, ctx.data) else None
         try:
             ck = fit_point(exp, job, ctx, C, seed, warm).warm_state()
         except TopkbenchError:
