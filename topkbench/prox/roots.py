@@ -147,6 +147,34 @@ def _softmax_g(alpha, t, hs, d1, d2, tol):
 
 
 @njit(cache=True, error_model="numpy")
+def _entropic_bracket(b, alpha, near, t_start, k_hint):
+    """:func:`_entropic_root`'s bracket ``[lo, hi]`` (module docstring), whether a capped
+    hint's ``t_start`` lies below it, and the entries that can leave the series range inside
+    it (listed in ``near``); returns ``(mx, log alpha, m + 1, lo, hi, hint_below, n_near)``
+    with ``mx = max(0, max b)``."""
+    mb = b.shape[0]
+    bmax = vmax(b, mb)
+    big = max(alpha, bmax)
+    la = math.log(alpha)
+    nterms = mb + 1.0
+    # widened by a few ulps: the root can sit on the computed lo (one dominant b_j, tiny alpha)
+    slack = 8.0 * 2.220446049250313e-16 * (abs(big) + alpha + abs(la) + math.log(nterms))
+    lo = big - alpha - la - slack
+    hi = big - alpha / nterms - (la - math.log(nterms)) + slack
+    # a capped hint's warm start (the top-k prox keeps the capped solution's t, which can lie
+    # below the u = 0 root's bracket) is evaluated there all the same: its values decide
+    hint_below = k_hint > 1.0 and lo - _ANCHOR_SPAN < t_start <= lo
+    t_low = t_start if hint_below else lo  # no evaluation below it
+    n_near = 0
+    if bmax - t_low >= SERIES_T_MAX:
+        for j in range(mb):
+            if b[j] - t_low >= SERIES_T_MAX:
+                near[n_near] = j
+                n_near += 1
+    return max(0.0, bmax), la, nterms, lo, hi, hint_below, n_near
+
+
+@njit(cache=True, error_model="numpy")
 def _entropic_root(b, alpha, vals, ex, near, t_start, k_hint):
     """Root ``t`` of ``h(t) = V(alpha - t) + sum_j V(b_j - t) - alpha = 0`` (TPAMI eq. (14)).
 
@@ -188,25 +216,8 @@ def _entropic_root(b, alpha, vals, ex, near, t_start, k_hint):
     ``k_hint > 1`` (from where the step, if no hint, is clipped into the bracket).
     """
     mb = b.shape[0]
-    bmax = vmax(b, mb)
-    big = max(alpha, bmax)
-    mx = max(0.0, bmax)
-    la = math.log(alpha)
-    nterms = mb + 1.0
-    # widened by a few ulps: the root can sit on the computed lo (one dominant b_j, tiny alpha)
-    slack = 8.0 * 2.220446049250313e-16 * (abs(big) + alpha + abs(la) + math.log(nterms))
-    lo = big - alpha - la - slack
-    hi = big - alpha / nterms - (la - math.log(nterms)) + slack
-    # a capped hint's warm start (the top-k prox keeps the capped solution's t, which can lie
-    # below the u = 0 root's bracket) is evaluated there all the same: its values decide
-    hint_below = k_hint > 1.0 and lo - _ANCHOR_SPAN < t_start <= lo
-    t_low = t_start if hint_below else lo  # no evaluation below it
-    n_near = 0
-    if bmax - t_low >= SERIES_T_MAX:
-        for j in range(mb):
-            if b[j] - t_low >= SERIES_T_MAX:
-                near[n_near] = j
-                n_near += 1
+    mx, la, nterms, lo, hi, hint_below, n_near = _entropic_bracket(b, alpha, near, t_start,
+                                                                   k_hint)  # fmt: skip
     # start from the root of this example's previous update when there is one (it moves
     # little between epochs), else from the softmax solution (exact as alpha -> 0)
     t = t_start
